@@ -1,0 +1,68 @@
+# The CUDA module. cuBLAS comes from the nvidia-cublas wheel when it is
+# installed (the copy JAX's CUDA plugin loads), else from the CUDA toolkit.
+if(JAX_IM2COL_CUDA STREQUAL "OFF")
+  return()
+endif()
+
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(JAX_IM2COL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "JAX_IM2COL_CUDA=ON but no CUDA compiler was found (set CUDACXX or put nvcc on PATH)")
+  endif()
+  message(STATUS "jax_im2col: no CUDA compiler, building the CPU module only")
+  return()
+endif()
+
+execute_process(
+  COMMAND "${Python_EXECUTABLE}" -c
+    "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13'))"
+  OUTPUT_STRIP_TRAILING_WHITESPACE OUTPUT_VARIABLE cublas_wheel_dir
+  RESULT_VARIABLE cublas_wheel_missing ERROR_QUIET)
+set(cublas_include "")
+set(cublas_library "")
+if(cublas_wheel_missing EQUAL 0 AND EXISTS "${cublas_wheel_dir}/include/cublas_v2.h"
+   AND EXISTS "${cublas_wheel_dir}/lib/libcublas.so.13")
+  set(cublas_include "${cublas_wheel_dir}/include")
+  set(cublas_library "${cublas_wheel_dir}/lib/libcublas.so.13")
+  set(cublas_rpath "${cublas_wheel_dir}/lib")
+else()
+  find_package(CUDAToolkit QUIET)
+  if(TARGET CUDA::cublas)
+    get_target_property(cublas_library CUDA::cublas IMPORTED_LOCATION)
+    set(cublas_include "${CUDAToolkit_INCLUDE_DIRS}")
+    get_filename_component(cublas_rpath "${cublas_library}" DIRECTORY)
+  endif()
+endif()
+if(NOT cublas_library)
+  if(JAX_IM2COL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "JAX_IM2COL_CUDA=ON but cuBLAS was not found: pip install nvidia-cublas, or install the CUDA toolkit's cuBLAS")
+  endif()
+  message(STATUS "jax_im2col: no cuBLAS, building the CPU module only")
+  return()
+endif()
+message(STATUS "jax_im2col: CUDA module with cuBLAS ${cublas_library}")
+
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
+  set(CMAKE_CUDA_ARCHITECTURES "80;90")
+endif()
+find_package(CUDAToolkit REQUIRED)
+
+nanobind_add_module(_cuda NB_STATIC
+  lib/cuda/module.cc
+  lib/cuda/blas_handles.cc
+  lib/cuda/columns.cu
+  lib/cuda/unfold_fold.cc
+  lib/cuda/conv.cu)
+target_include_directories(_cuda SYSTEM PRIVATE ${XLA_FFI_INCLUDE_DIR} ${cublas_include})
+target_include_directories(_cuda PRIVATE lib)
+target_link_libraries(_cuda PRIVATE CUDA::cudart_static "${cublas_library}")
+set_target_properties(_cuda PROPERTIES
+  CUDA_SEPARABLE_COMPILATION OFF
+  INSTALL_RPATH "$ORIGIN/../nvidia/cu13/lib;${cublas_rpath}"
+  BUILD_WITH_INSTALL_RPATH OFF)
+target_compile_options(_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+install(TARGETS _cuda LIBRARY DESTINATION jax_im2col)

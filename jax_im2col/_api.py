@@ -1,0 +1,185 @@
+"""Public unfold / fold (torch semantics, N-d, both layouts) and
+conv_general_dilated_patches (lax semantics)."""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _unfold
+from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, padding_pairs,
+                        resolve_padding)
+
+FLOAT_DTYPES = tuple(np.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
+
+
+def check_float_array(x, name: str):
+  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    try:
+      x = jnp.asarray(x)
+    except TypeError:
+      raise TypeError(f"{name} must be an array, got {type(x).__name__}") from None
+  if np.dtype(x.dtype) not in FLOAT_DTYPES:
+    raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {x.dtype}")
+  return x
+
+
+def _spatial_rank(kernel_size) -> int:
+  try:
+    operator.index(kernel_size)
+    return 2  # an int kernel_size means 2-D, as in torch
+  except TypeError:
+    pass
+  try:
+    nd = len(kernel_size)
+  except TypeError:
+    raise TypeError(f"kernel_size must be an int or a tuple of ints, got {kernel_size!r}") from None
+  if not 1 <= nd <= MAX_SPATIAL:
+    raise ValueError(f"kernel_size must have 1 to {MAX_SPATIAL} entries, got {kernel_size!r}")
+  return nd
+
+
+def _torch_window(kernel_size, dilation, padding, stride) -> Window:
+  nd = _spatial_rank(kernel_size)
+  return Window(kernel=as_int_tuple(kernel_size, nd, "kernel_size"),
+                stride=as_int_tuple(stride, nd, "stride"),
+                rhs_dilation=as_int_tuple(dilation, nd, "dilation"),
+                lhs_dilation=(1,) * nd,
+                padding=padding_pairs(padding, nd, "padding"))
+
+
+def _check_fits(window: Window, spatial, name: str) -> None:
+  if not window.fits(spatial):
+    raise ValueError(f"{name}: the dilated kernel {window.kernel} (dilation {window.rhs_dilation}) "
+                     f"is larger than the padded input {tuple(spatial)} (padding {window.padding})")
+  check_index_range(window, spatial, name)
+
+
+def _add_batch(x, rank: int, name: str, what: str):
+  if x.ndim == rank + 1:
+    return x, False
+  if x.ndim == rank:
+    return x[None], True
+  raise ValueError(f"{name} must have rank {rank} ({what}) or {rank + 1} (batched), got shape {x.shape}")
+
+
+def _unfold_public(x, kernel_size, dilation, padding, stride, channels_last: bool):
+  window = _torch_window(kernel_size, dilation, padding, stride)
+  x = check_float_array(x, "x")
+  what = "(*spatial, C)" if channels_last else "(C, *spatial)"
+  x, unbatched = _add_batch(x, window.nd + 1, "x", what)
+  _check_fits(window, _unfold.image_spatial(x.shape, channels_last), "unfold")
+  out = _unfold.unfold(x, window=window, channels_last=channels_last)
+  return out[0] if unbatched else out
+
+
+def _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last: bool):
+  window = _torch_window(kernel_size, dilation, padding, stride)
+  spatial = as_int_tuple(output_size, window.nd, "output_size")
+  cols = check_float_array(cols, "cols")
+  cols, unbatched = _add_batch(cols, 2, "cols", "(L, K*C)" if channels_last else "(C*K, L)")
+  _check_fits(window, spatial, "fold")
+  rows = cols.shape[2] if channels_last else cols.shape[1]
+  positions = cols.shape[1] if channels_last else cols.shape[2]
+  K = window.kernel_size
+  if rows % K:
+    raise ValueError(f"cols: its {'last' if channels_last else 'second'} dimension ({rows}) must be a "
+                     f"multiple of prod(kernel_size) = {K}")
+  expected = int(np.prod(window.output_spatial(spatial), dtype=np.int64))
+  if positions != expected:
+    raise ValueError(f"cols: L = {positions} does not match the {expected} windows that fit in "
+                     f"output_size {spatial}")
+  out = _unfold.fold(cols, window=window, channels_last=channels_last, spatial=spatial)
+  return out[0] if unbatched else out
+
+
+def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
+  """Sliding windows of ``x`` as columns: ``torch.nn.functional.unfold`` in 1-3-D.
+
+  ``x`` is ``(N, C, *spatial)`` or ``(C, *spatial)``; an int ``kernel_size``
+  means two spatial dimensions. Returns ``(N, C * prod(kernel_size), L)``:
+  channel-major, then kernel taps row-major; L runs over output positions
+  row-major. ``padding`` is an int, a tuple (symmetric) or (low, high) pairs.
+  The result is an exact copy of the input's values.
+  """
+  return _unfold_public(x, kernel_size, dilation, padding, stride, channels_last=False)
+
+
+def fold(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
+  """Sums columns back into an image: ``torch.nn.functional.fold`` in 1-3-D.
+
+  The exact transpose of :func:`unfold`; overlapping windows sum, as a
+  deterministic gather (half types accumulate in float32).
+  """
+  return _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last=False)
+
+
+def unfold_channels_last(x, kernel_size, dilation=1, padding=0, stride=1):
+  """:func:`unfold` for channels-last images.
+
+  ``x`` is ``(N, *spatial, C)`` or ``(*spatial, C)``; returns
+  ``(N, L, prod(kernel_size) * C)``: one row per output position, kernel taps
+  row-major, channels fastest, so that ``cols @ w.reshape(-1, O)`` with ``w``
+  of shape ``(*kernel_size, C, O)`` is the convolution.
+  """
+  return _unfold_public(x, kernel_size, dilation, padding, stride, channels_last=True)
+
+
+def fold_channels_last(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
+  """The exact transpose of :func:`unfold_channels_last`: ``(N, L, K*C)`` to
+  ``(N, *output_size, C)``."""
+  return _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last=True)
+
+
+def _optional_tuple(value, nd: int, name: str):
+  return (1,) * nd if value is None else as_int_tuple(value, nd, name)
+
+
+def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs_dilation=None,
+                                 rhs_dilation=None, dimension_numbers=None, precision=None,
+                                 preferred_element_type=None):
+  """``jax.lax.conv_general_dilated_patches`` with the same signature, shape
+  and ordering, computed as an exact copy (``precision`` has no effect)."""
+  del precision  # data movement is exact at any precision
+  lhs = check_float_array(lhs, "lhs")
+  nd = lhs.ndim - 2
+  if not 1 <= nd <= MAX_SPATIAL:
+    raise ValueError(f"lhs must have rank 3 to {MAX_SPATIAL + 2}, got shape {lhs.shape}")
+  filter_shape = as_int_tuple(filter_shape, nd, "filter_shape")
+  strides = as_int_tuple(window_strides, nd, "window_strides")
+  lhs_dil = _optional_tuple(lhs_dilation, nd, "lhs_dilation")
+  rhs_dil = _optional_tuple(rhs_dilation, nd, "rhs_dilation")
+  dnums = conv_dimension_numbers(lhs.shape, (1, 1, *filter_shape), dimension_numbers)
+  lhs_spec, rhs_spec, out_spec = dnums
+  # As in lax, filter_shape lists the rhs array's spatial axes in axis order,
+  # and the patch features are ordered channel, then those axes in that order.
+  rhs_axes = [a for a in range(nd + 2) if a not in rhs_spec[:2]]
+  rank_of = [rhs_axes.index(a) for a in rhs_spec[2:]]  # spatial dim -> rhs axis rank
+  kernel = tuple(filter_shape[r] for r in rank_of)
+  x = jnp.transpose(lhs, lhs_spec)  # (N, C, *spatial)
+  pads = resolve_padding(padding, x.shape[2:], kernel, strides, rhs_dil)
+  window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
+  check_index_range(window, x.shape[2:], "conv_general_dilated_patches")
+  out_spatial = window.output_spatial(x.shape[2:])
+  n, c = x.shape[:2]
+  cols = _unfold.unfold(x, window=window, channels_last=False)
+  if rank_of != sorted(rank_of):
+    cols = cols.reshape((n, c, *kernel, -1))
+    cols = jnp.transpose(cols, (0, 1, *(2 + np.argsort(rank_of)), nd + 2))
+  out = cols.reshape((n, c * window.kernel_size, *out_spatial))
+  out = jnp.transpose(out, np.argsort(out_spec))
+  if preferred_element_type is not None:
+    out = out.astype(preferred_element_type)
+  return out
+
+
+def conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers) -> lax.ConvDimensionNumbers:
+  """lax's own parsing, with its errors re-raised as ValueError naming the argument."""
+  try:
+    return lax.conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers)
+  except (TypeError, ValueError, AssertionError) as e:
+    raise ValueError(f"dimension_numbers: {e}") from None

@@ -1,0 +1,163 @@
+"""Window geometry: argument normalisation, padding resolution, output sizes.
+
+The Python mirror of ``lib/geometry.h``: the C++ side recomputes the same
+output sizes from the same attributes and checks them against the buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Sequence
+
+import numpy as np
+
+MAX_SPATIAL = 3
+# Index math inside one image runs in 32 bits on the GPU (see geometry.h).
+MAX_POSITIONS = 2**31 - 1
+
+
+def as_int_tuple(value, nd: int, name: str, *, minimum: int | None = 1) -> tuple[int, ...]:
+  """An int (broadcast to nd) or a length-nd sequence of ints, as a tuple."""
+  if isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be an int or a sequence of {nd} ints, got {value!r}")
+  try:
+    items = (operator.index(value),) * nd
+  except TypeError:
+    try:
+      items = tuple(operator.index(v) for v in value)
+    except TypeError:
+      raise TypeError(f"{name} must be an int or a sequence of {nd} ints, got {value!r}") from None
+  if len(items) != nd:
+    raise ValueError(f"{name} must have {nd} entries (one per spatial dimension), got {value!r}")
+  if minimum is not None and any(v < minimum for v in items):
+    raise ValueError(f"{name} must be >= {minimum} in every dimension, got {value!r}")
+  return items
+
+
+def padding_pairs(padding, nd: int, name: str = "padding") -> tuple[tuple[int, int], ...]:
+  """An int, a sequence of ints (symmetric), or a sequence of (low, high) pairs."""
+  if isinstance(padding, str):
+    raise ValueError(f"{name}: string paddings are not accepted here, got {padding!r}")
+  try:
+    p = operator.index(padding)
+    return ((p, p),) * nd
+  except TypeError:
+    pass
+  try:
+    items = list(padding)
+  except TypeError:
+    raise TypeError(f"{name} must be an int, a sequence of ints or of (low, high) pairs, got {padding!r}") from None
+  if len(items) != nd:
+    raise ValueError(f"{name} must have {nd} entries (one per spatial dimension), got {padding!r}")
+  pairs = []
+  for item in items:
+    try:
+      v = operator.index(item)
+      pairs.append((v, v))
+      continue
+    except TypeError:
+      pass
+    try:
+      lo, hi = (operator.index(v) for v in item)
+    except (TypeError, ValueError):
+      raise TypeError(f"{name} entries must be ints or (low, high) pairs of ints, got {padding!r}") from None
+    pairs.append((lo, hi))
+  return tuple(pairs)
+
+
+def dilated(n: int, d: int) -> int:
+  return 0 if n <= 0 else (n - 1) * d + 1
+
+
+def resolve_padding(padding, in_spatial: Sequence[int], kernel: Sequence[int],
+                    strides: Sequence[int], rhs_dilation: Sequence[int],
+                    name: str = "padding") -> tuple[tuple[int, int], ...]:
+  """lax's padding forms: 'SAME', 'SAME_LOWER', 'VALID' or (low, high) pairs.
+
+  As in lax, string paddings are computed on the undilated input and the
+  dilated kernel.
+  """
+  nd = len(in_spatial)
+  if isinstance(padding, str):
+    mode = padding.upper()
+    if mode == "VALID":
+      return ((0, 0),) * nd
+    if mode not in ("SAME", "SAME_LOWER"):
+      raise ValueError(f"{name} must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence of (low, high) pairs, got {padding!r}")
+    pairs = []
+    for n, k, s, r in zip(in_spatial, kernel, strides, rhs_dilation):
+      out = -(-n // s)
+      total = max(0, (out - 1) * s + dilated(k, r) - n)
+      small, big = total // 2, total - total // 2
+      pairs.append((small, big) if mode == "SAME" else (big, small))
+    return tuple(pairs)
+  try:
+    items = list(padding)
+  except TypeError:
+    raise TypeError(f"{name} must be a string or a sequence of (low, high) pairs, got {padding!r}") from None
+  if len(items) != nd:
+    raise ValueError(f"{name} must have {nd} (low, high) pairs, got {padding!r}")
+  pairs = []
+  for item in items:
+    try:
+      lo, hi = (operator.index(v) for v in item)
+    except (TypeError, ValueError):
+      raise TypeError(f"{name} must be a sequence of (low, high) pairs of ints, got {padding!r}") from None
+    pairs.append((lo, hi))
+  return tuple(pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+  """A sliding window over nd spatial dimensions (hashable: a primitive param)."""
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  rhs_dilation: tuple[int, ...]
+  lhs_dilation: tuple[int, ...]
+  padding: tuple[tuple[int, int], ...]
+
+  @property
+  def nd(self) -> int:
+    return len(self.kernel)
+
+  @property
+  def kernel_size(self) -> int:
+    return int(np.prod(self.kernel, dtype=np.int64))
+
+  def output_spatial(self, in_spatial: Sequence[int]) -> tuple[int, ...]:
+    """Window positions per dimension (0 where no window fits), as geometry.h."""
+    out = []
+    for n, k, s, r, l, (lo, hi) in zip(in_spatial, self.kernel, self.stride, self.rhs_dilation,
+                                       self.lhs_dilation, self.padding):
+      span = dilated(n, l) + lo + hi - dilated(k, r)
+      out.append(0 if span < 0 else span // s + 1)
+    return tuple(out)
+
+  def fits(self, in_spatial: Sequence[int]) -> bool:
+    """Whether at least one window fits in every dimension."""
+    return all(dilated(n, l) + lo + hi >= dilated(k, r)
+               for n, k, r, l, (lo, hi) in zip(in_spatial, self.kernel, self.rhs_dilation,
+                                               self.lhs_dilation, self.padding))
+
+  def is_identity(self, in_spatial: Sequence[int]) -> bool:
+    """A 1x1 window, unit stride, no padding or lhs dilation: columns == input."""
+    return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.stride)
+            and all(l == 1 for l in self.lhs_dilation)
+            and all(p == (0, 0) for p in self.padding))
+
+  def ffi_attributes(self) -> dict:
+    return dict(
+        kernel=np.array(self.kernel, np.int64),
+        stride=np.array(self.stride, np.int64),
+        rhs_dilation=np.array(self.rhs_dilation, np.int64),
+        lhs_dilation=np.array(self.lhs_dilation, np.int64),
+        padding=np.array([v for pair in self.padding for v in pair], np.int64),
+    )
+
+
+def check_index_range(window: Window, in_spatial: Sequence[int], name: str) -> None:
+  positions = int(np.prod(window.output_spatial(in_spatial), dtype=np.int64))
+  size = int(np.prod(in_spatial, dtype=np.int64))
+  if max(positions, size, window.kernel_size) > MAX_POSITIONS:
+    raise ValueError(f"{name}: more than 2**31 - 1 positions or kernel taps in one image are not supported")

@@ -1,0 +1,117 @@
+"""The unfold (im2col) and fold (col2im) primitives.
+
+Layouts (channels-first / channels-last):
+  image    (N, C, *spatial)      / (N, *spatial, C)
+  columns  (N, C * K, L)         / (N, L, K * C)
+Channels-first columns are torch's: channel-major, then kernel taps
+row-major; L runs over output positions row-major. Channels-last columns are
+kernel taps row-major, then channels. fold is the exact transpose of unfold.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.interpreters import ad, batching, mlir
+
+from . import _ffi
+from ._geometry import Window
+from ._primitive import make_primitive
+from ._zeros import empty_safe
+
+unfold_p = make_primitive("im2col_unfold")
+fold_p = make_primitive("im2col_fold")
+
+
+def image_spatial(shape, channels_last: bool) -> tuple[int, ...]:
+  return tuple(shape[1:-1]) if channels_last else tuple(shape[2:])
+
+
+def image_channels(shape, channels_last: bool) -> int:
+  return shape[-1] if channels_last else shape[1]
+
+
+def columns_shape(n: int, channels: int, window: Window, in_spatial, channels_last: bool):
+  rows = channels * window.kernel_size
+  positions = int(np.prod(window.output_spatial(in_spatial), dtype=np.int64))
+  return (n, positions, rows) if channels_last else (n, rows, positions)
+
+
+def image_shape(n: int, channels: int, spatial, channels_last: bool):
+  return (n, *spatial, channels) if channels_last else (n, channels, *spatial)
+
+
+def unfold(x, *, window: Window, channels_last: bool):
+  return unfold_p.bind(x, window=window, channels_last=channels_last)
+
+
+def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...]):
+  return fold_p.bind(cols, window=window, channels_last=channels_last, spatial=spatial)
+
+
+def _unfold_abstract(x, *, window, channels_last):
+  shape = columns_shape(x.shape[0], image_channels(x.shape, channels_last), window,
+                        image_spatial(x.shape, channels_last), channels_last)
+  return jax.core.ShapedArray(shape, x.dtype)
+
+
+def _fold_abstract(cols, *, window, channels_last, spatial):
+  rows = cols.shape[2] if channels_last else cols.shape[1]
+  return jax.core.ShapedArray(
+      image_shape(cols.shape[0], rows // window.kernel_size, spatial, channels_last), cols.dtype)
+
+
+unfold_p.def_abstract_eval(_unfold_abstract)
+fold_p.def_abstract_eval(_fold_abstract)
+
+
+@empty_safe
+def _unfold_lowering(ctx, x, *, window, channels_last):
+  return jax.ffi.ffi_lowering(_ffi.UNFOLD)(ctx, x, channels_last=channels_last,
+                                           **window.ffi_attributes())
+
+
+@empty_safe
+def _fold_lowering(ctx, cols, *, window, channels_last, spatial):
+  del spatial  # the result buffer's shape carries it
+  return jax.ffi.ffi_lowering(_ffi.FOLD)(ctx, cols, channels_last=channels_last,
+                                         **window.ffi_attributes())
+
+
+for _platform in ("cpu", "cuda"):
+  mlir.register_lowering(unfold_p, _unfold_lowering, platform=_platform)
+  mlir.register_lowering(fold_p, _fold_lowering, platform=_platform)
+
+
+def _unfold_transpose(ct, x, *, window, channels_last):
+  assert ad.is_undefined_primal(x)
+  if type(ct) is ad.Zero:
+    return [ad.Zero(x.aval)]
+  return [fold(ct, window=window, channels_last=channels_last,
+               spatial=image_spatial(x.aval.shape, channels_last))]
+
+
+def _fold_transpose(ct, cols, *, window, channels_last, spatial):
+  assert ad.is_undefined_primal(cols)
+  if type(ct) is ad.Zero:
+    return [ad.Zero(cols.aval)]
+  return [unfold(ct, window=window, channels_last=channels_last)]
+
+
+ad.deflinear2(unfold_p, _unfold_transpose)
+ad.deflinear2(fold_p, _fold_transpose)
+
+
+def _merge_into_batch(prim):
+  """vmap by folding the mapped axis into the leading N axis: one call."""
+  def rule(args, dims, **params):
+    (x,), (d,) = args, dims
+    x = jax.numpy.moveaxis(x, d, 0)
+    b, n = x.shape[:2]
+    out = prim.bind(x.reshape((b * n, *x.shape[2:])), **params)
+    return out.reshape((b, n, *out.shape[1:])), 0
+  return rule
+
+
+batching.primitive_batchers[unfold_p] = _merge_into_batch(unfold_p)
+batching.primitive_batchers[fold_p] = _merge_into_batch(fold_p)

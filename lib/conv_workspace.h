@@ -1,0 +1,46 @@
+// Layout of the workspace buffer that XLA allocates for a convolution call.
+// jax_im2col/_workspace.py computes the same sizes to size the buffer; the
+// handler recomputes them here and refuses a buffer that is too small.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace im2col {
+
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kWorkspaceAlign = 256;
+
+inline size_t align_up(size_t n) {
+  return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+struct ConvWorkspace {
+  size_t blas = 0, pointers = 0, cols = 0, dyt = 0, acc = 0;  // offsets
+  size_t total = 0;
+};
+
+// `cols_elems`: columns of one chunk (0 when the conv needs none);
+// `dyt_elems`: the transposed output gradient of one chunk (backward filter,
+// channels-first); `acc_elems`: a float32 accumulator for the filter gradient
+// of half types; `batches`: GEMM batches that may need pointer arrays.
+inline ConvWorkspace conv_workspace(size_t cols_elems, size_t cols_bytes_per_elem,
+                                    size_t dyt_elems, size_t dyt_bytes_per_elem,
+                                    size_t acc_elems, size_t batches) {
+  ConvWorkspace w;
+  size_t at = 0;
+  w.blas = at;
+  at += align_up(kBlasWorkspaceBytes);
+  w.pointers = at;
+  at += align_up(3 * batches * sizeof(void*));
+  w.cols = at;
+  at += align_up(cols_elems * cols_bytes_per_elem);
+  w.dyt = at;
+  at += align_up(dyt_elems * dyt_bytes_per_elem);
+  w.acc = at;
+  at += align_up(acc_elems * 4);
+  w.total = at;
+  return w;
+}
+
+}  // namespace im2col

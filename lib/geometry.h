@@ -1,0 +1,161 @@
+// The one description of an im2col window geometry and its index math, shared
+// by the CPU and CUDA kernels (host and device code).
+//
+// Conventions, per spatial dimension d:
+//   the input has `in[d]` elements; `lhs_dilation[d]` inserts holes between
+//   them; `pad_lo[d]` (may be negative) is added before; the kernel has
+//   `kernel[d]` taps spaced `rhs_dilation[d]` apart; windows start every
+//   `stride[d]` positions. Output position o and kernel tap k read the dilated,
+//   padded input at p = o * stride + k * rhs_dilation - pad_lo.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define IM2COL_HD __host__ __device__ __forceinline__
+#else
+#define IM2COL_HD inline
+#endif
+
+namespace im2col {
+
+constexpr int kMaxSpatial = 3;
+
+struct Geometry {
+  int nd = 0;
+  int64_t in[kMaxSpatial] = {1, 1, 1};
+  int64_t out[kMaxSpatial] = {1, 1, 1};
+  int64_t kernel[kMaxSpatial] = {1, 1, 1};
+  int64_t stride[kMaxSpatial] = {1, 1, 1};
+  int64_t rhs_dilation[kMaxSpatial] = {1, 1, 1};
+  int64_t lhs_dilation[kMaxSpatial] = {1, 1, 1};
+  int64_t pad_lo[kMaxSpatial] = {0, 0, 0};
+  int64_t in_size = 1;      // prod(in)
+  int64_t out_size = 1;     // prod(out), "L"
+  int64_t kernel_size = 1;  // prod(kernel), "K"
+  bool any_lhs_dilation = false;
+};
+
+IM2COL_HD int64_t dilated_extent(int64_t n, int64_t dilation) {
+  return n <= 0 ? 0 : (n - 1) * dilation + 1;
+}
+
+// Number of window positions along one dimension, 0 when no window fits.
+IM2COL_HD int64_t output_extent(int64_t in, int64_t kernel, int64_t stride,
+                                int64_t rhs_dilation, int64_t lhs_dilation,
+                                int64_t pad_lo, int64_t pad_hi) {
+  const int64_t span = dilated_extent(in, lhs_dilation) + pad_lo + pad_hi -
+                       dilated_extent(kernel, rhs_dilation);
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+// Fills out[], in_size, out_size and kernel_size from the other fields and
+// the high paddings.
+inline void finish_geometry(Geometry& g, const int64_t* pad_hi) {
+  g.in_size = g.out_size = g.kernel_size = 1;
+  g.any_lhs_dilation = false;
+  for (int d = 0; d < g.nd; ++d) {
+    g.out[d] = output_extent(g.in[d], g.kernel[d], g.stride[d],
+                             g.rhs_dilation[d], g.lhs_dilation[d], g.pad_lo[d],
+                             pad_hi[d]);
+    g.in_size *= g.in[d];
+    g.out_size *= g.out[d];
+    g.kernel_size *= g.kernel[d];
+    g.any_lhs_dilation |= g.lhs_dilation[d] != 1;
+  }
+}
+
+// a / b and a % b for non-negative operands, in 32 bits when both fit (the
+// GPU has no 64-bit divider; this keeps the common case cheap).
+IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {
+  if (((a | b) >> 32) == 0) {
+    const uint32_t a32 = static_cast<uint32_t>(a), b32 = static_cast<uint32_t>(b);
+    q = a32 / b32;
+    r = a32 - static_cast<uint32_t>(q) * b32;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
+// Row-major coordinates of `flat` in `dims`. Callers guarantee that the
+// product of dims fits in 32 bits (checked on the Python side), so the
+// divisions are 32-bit ones, which matter on the GPU.
+IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int nd,
+                       int64_t* coords) {
+  uint32_t f = static_cast<uint32_t>(flat);
+  for (int d = nd - 1; d > 0; --d) {
+    const uint32_t n = static_cast<uint32_t>(dims[d]);
+    coords[d] = f % n;
+    f /= n;
+  }
+  coords[0] = f;
+}
+
+// Flat input spatial offset read by output position o and kernel tap k, or -1
+// when that tap falls on padding or on a hole of the lhs dilation.
+IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o,
+                                const int64_t* k) {
+  int64_t flat = 0;
+  for (int d = 0; d < g.nd; ++d) {
+    int64_t p = o[d] * g.stride[d] + k[d] * g.rhs_dilation[d] - g.pad_lo[d];
+    if (p < 0) return -1;
+    if (g.any_lhs_dilation) {
+      int64_t r;
+      divmod(p, g.lhs_dilation[d], p, r);
+      if (r != 0) return -1;
+    }
+    if (p >= g.in[d]) return -1;
+    flat = flat * g.in[d] + p;
+  }
+  return flat;
+}
+
+// Flat output position whose kernel tap k reads input position q, or -1 when
+// there is none. The adjoint of source_offset: source_offset(o, k) == q  <=>
+// target_position(q, k) == o.
+IM2COL_HD int64_t target_position(const Geometry& g, const int64_t* q,
+                                  const int64_t* k) {
+  int64_t flat = 0;
+  for (int d = 0; d < g.nd; ++d) {
+    int64_t p = q[d] * g.lhs_dilation[d] + g.pad_lo[d] - k[d] * g.rhs_dilation[d];
+    if (p < 0) return -1;
+    if (g.stride[d] != 1) {
+      int64_t r;
+      divmod(p, g.stride[d], p, r);
+      if (r != 0) return -1;
+    }
+    if (p >= g.out[d]) return -1;
+    flat = flat * g.out[d] + p;
+  }
+  return flat;
+}
+
+// Advances a row-major multi-index (an odometer) by one.
+IM2COL_HD void increment(int64_t* coords, const int64_t* dims, int nd) {
+  for (int d = nd - 1; d >= 0; --d) {
+    if (++coords[d] < dims[d]) return;
+    coords[d] = 0;
+  }
+}
+
+// Where the columns of one chunk live. A chunk covers images [n0, n0 + nc)
+// and output positions [l0, l0 + lc).
+//
+// Channels-first columns: element (n, c, k, l) at
+//   n * image_stride + (c * K + k) * row_stride + (l - l0).
+// torch's layout (N, C*K, L) has image_stride = C*K*lc, row_stride = lc.
+//
+// Channels-last columns: element (n, l, c, k) at
+//   (n * lc + (l - l0)) * C * K + (g * K + k) * Cg + j,  c = g * Cg + j,
+// i.e. rows of (group, kernel tap, channel-in-group); with one group that is
+// (N, L, K*C), kernel taps outer and channels inner.
+struct ColumnsLayout {
+  int64_t l0 = 0;
+  int64_t lc = 0;            // positions in the chunk
+  int64_t image_stride = 0;  // channels-first only
+  int64_t row_stride = 0;    // channels-first only
+  int64_t groups = 1;        // channels-last only
+};
+
+}  // namespace im2col
