@@ -1,0 +1,164 @@
+"""``conv_general_dilated``: a drop-in for ``jax.lax.conv_general_dilated``
+computed as im2col + GEMM, with gradients built from fold and GEMM."""
+
+from __future__ import annotations
+
+import inspect
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _conv_primitives as P
+from ._api import check_float_array, conv_dimension_numbers
+from ._geometry import MAX_SPATIAL, Window, as_int_tuple, check_index_range, resolve_padding
+from ._workspace import get_workspace_limit
+
+_HIGHEST_NAMES = {"highest", "float32", "high", "bfloat16_3x"}
+_DEFAULT_NAMES = {"default", "fastest", "bfloat16", "tensorfloat32"}
+
+
+def _precision_level(precision) -> int:
+  """XLA's meaning: DEFAULT lets float32 use TF32 on the GPU; HIGH and
+  HIGHEST keep full float32 here (cuBLAS has no 3-pass bf16 mode)."""
+  if precision is None:
+    precision = jax.config.jax_default_matmul_precision
+    if precision is None:
+      return P.PRECISION_DEFAULT
+  if isinstance(precision, (tuple, list)):
+    if len(precision) != 2:
+      raise ValueError(f"precision must be None, a Precision, a string or a pair of them, got {precision!r}")
+    return max(_precision_level(p) for p in precision)
+  if isinstance(precision, lax.Precision):
+    return P.PRECISION_DEFAULT if precision == lax.Precision.DEFAULT else P.PRECISION_HIGHEST
+  if isinstance(precision, str):
+    name = precision.lower()
+    if name in _HIGHEST_NAMES:
+      return P.PRECISION_HIGHEST
+    if name in _DEFAULT_NAMES:
+      return P.PRECISION_DEFAULT
+  raise ValueError(f"precision must be None, a lax.Precision, one of "
+                   f"{sorted(_HIGHEST_NAMES | _DEFAULT_NAMES)} or a pair of them, got {precision!r}")
+
+
+def _positive_int(value, name: str) -> int:
+  if isinstance(value, bool):
+    raise TypeError(f"{name} must be an int, got {value!r}")
+  try:
+    v = operator.index(value)
+  except TypeError:
+    raise TypeError(f"{name} must be an int, got {value!r}") from None
+  if v < 1:
+    raise ValueError(f"{name} must be >= 1, got {value!r}")
+  return v
+
+
+def _layout_perms(lhs_spec, rhs_spec, out_spec, channels_last: bool):
+  """Permutations taking the user's arrays to the canonical layout, and the
+  canonical output back to the user's."""
+  if channels_last:
+    lhs = (lhs_spec[0], *lhs_spec[2:], lhs_spec[1])
+    rhs = (rhs_spec[0], *rhs_spec[2:], rhs_spec[1])
+    canon_out = (out_spec[0], *out_spec[2:], out_spec[1])
+  else:
+    lhs, rhs, canon_out = tuple(lhs_spec), tuple(rhs_spec), tuple(out_spec)
+  return lhs, rhs, tuple(np.argsort(canon_out))
+
+
+def _transpose(x, perm):
+  return x if tuple(perm) == tuple(range(x.ndim)) else jnp.transpose(x, perm)
+
+
+def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                         dimension_numbers=None, feature_group_count=1, batch_group_count=1,
+                         precision=None, preferred_element_type=None, out_sharding=None):
+  """Drop-in for ``jax.lax.conv_general_dilated`` (same arguments, shapes and
+  dtypes), computed as im2col + GEMM with its own gradient rules.
+
+  Channels-first (``NC...``) and channels-last (``N...C``) inputs run natively;
+  other layouts are transposed to the nearer one. ``precision``: on the GPU,
+  float32 at DEFAULT uses TF32 tensor cores, at HIGH or HIGHEST full float32;
+  half types use tensor cores with float32 accumulation.
+  """
+  lhs = check_float_array(lhs, "lhs")
+  rhs = check_float_array(rhs, "rhs")
+  if lhs.dtype != rhs.dtype:
+    raise TypeError(f"lhs and rhs must have the same dtype, got {lhs.dtype} and {rhs.dtype}")
+  if lhs.ndim != rhs.ndim:
+    raise ValueError(f"lhs and rhs must have the same rank, got shapes {lhs.shape} and {rhs.shape}")
+  nd = lhs.ndim - 2
+  if not 1 <= nd <= MAX_SPATIAL:
+    raise ValueError(f"lhs must have rank 3 to {MAX_SPATIAL + 2}, got shape {lhs.shape}")
+  strides = as_int_tuple(window_strides, nd, "window_strides")
+  lhs_dil = (1,) * nd if lhs_dilation is None else as_int_tuple(lhs_dilation, nd, "lhs_dilation")
+  rhs_dil = (1,) * nd if rhs_dilation is None else as_int_tuple(rhs_dilation, nd, "rhs_dilation")
+  groups = _positive_int(feature_group_count, "feature_group_count")
+  batch_groups = _positive_int(batch_group_count, "batch_group_count")
+  if groups > 1 and batch_groups > 1:
+    raise ValueError("at most one of feature_group_count and batch_group_count may exceed 1")
+  level = _precision_level(precision)
+  dnums = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+  lhs_spec, rhs_spec, out_spec = dnums
+
+  n, c = lhs.shape[lhs_spec[0]], lhs.shape[lhs_spec[1]]
+  o, i = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
+  if c % groups or c // groups != i:
+    raise ValueError(f"feature_group_count: lhs has {c} input features, which must equal "
+                     f"feature_group_count ({groups}) x rhs input features ({i})")
+  if o % groups:
+    raise ValueError(f"feature_group_count: rhs output features ({o}) must be a multiple of "
+                     f"feature_group_count ({groups})")
+  if batch_groups > 1:
+    if n % batch_groups or o % batch_groups:
+      raise ValueError(f"batch_group_count: lhs batch ({n}) and rhs output features ({o}) must "
+                       f"be multiples of batch_group_count ({batch_groups})")
+    if c != i:
+      raise ValueError(f"batch_group_count: lhs features ({c}) must equal rhs input features ({i})")
+
+  in_spatial = tuple(lhs.shape[d] for d in lhs_spec[2:])
+  kernel = tuple(rhs.shape[d] for d in rhs_spec[2:])
+  pads = resolve_padding(padding, in_spatial, kernel, strides, rhs_dil)
+  window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
+  check_index_range(window, in_spatial, "conv_general_dilated")
+
+  # Channels-last when the input's features are its last axis.
+  channels_last = lhs_spec[1] == lhs.ndim - 1
+  lhs_perm, rhs_perm, out_perm = _layout_perms(lhs_spec, rhs_spec, out_spec, channels_last)
+  x = _transpose(lhs, lhs_perm)
+  w = _transpose(rhs, rhs_perm)
+  if batch_groups > 1:  # batch groups become feature groups over stacked channels
+    x = x.reshape((batch_groups, n // batch_groups, *x.shape[1:]))
+    x = P._images_into_channels(x, channels_last)
+    groups = batch_groups
+
+  out_dtype = np.dtype(lhs.dtype if preferred_element_type is None
+                       else jax.dtypes.canonicalize_dtype(preferred_element_type))
+  if out_dtype not in (np.float16, np.float32, np.float64, jnp.bfloat16):
+    raise TypeError(f"preferred_element_type must be a floating dtype, got {preferred_element_type!r}")
+  if out_dtype.itemsize > np.dtype(x.dtype).itemsize and not (
+      np.dtype(x.dtype) in P._HALF and out_dtype == np.float32):
+    x, w = x.astype(out_dtype), w.astype(out_dtype)  # e.g. float32 -> float64
+
+  spec = P.ConvSpec(window=window, channels_last=channels_last, groups=groups, precision=level,
+                    workspace_limit=get_workspace_limit())
+  y = P.bind(P.conv_forward_p, x, w, spec=spec, out_dtype=out_dtype)
+  y = _transpose(y, out_perm)
+  if out_sharding is not None:
+    y = jax.sharding.reshard(y, out_sharding)
+  return y
+
+
+if "out_sharding" not in inspect.signature(lax.conv_general_dilated).parameters:
+  # Match the installed jax's signature exactly where it has no out_sharding.
+  _full = conv_general_dilated
+
+  def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,  # noqa: F811
+                           rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
+                           batch_group_count=1, precision=None, preferred_element_type=None):
+    return _full(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                 dimension_numbers, feature_group_count, batch_group_count, precision,
+                 preferred_element_type)
+
+  conv_general_dilated.__doc__ = _full.__doc__

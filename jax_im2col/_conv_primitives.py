@@ -1,0 +1,417 @@
+"""The three convolution primitives: conv_forward, conv_backward_data and
+conv_backward_filter.
+
+Canonical layouts (channels-first / channels-last), G groups:
+  x  (N, C, *in)   / (N, *in, C)
+  w  (O, C/G, *K)  / (O, *K, C/G)
+  y  (N, O, *out)  / (N, *out, O)
+conv_forward(x, w) = y; conv_backward_data(dy, w) = dx;
+conv_backward_filter(dy, x) = dw. Each is bilinear, and the transpose of each
+with respect to either operand is one of the three, so reverse mode, forward
+mode and higher orders never leave this family (and never reach XLA's own
+convolution). On CUDA each lowers to one FFI call (im2col/col2im + cuBLAS);
+on the CPU to unfold/fold custom calls and XLA dots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.interpreters import ad, batching, mlir
+
+from . import _ffi, _unfold
+from ._geometry import Window
+from ._primitive import make_primitive
+from ._workspace import plan_chunks
+from ._zeros import empty_safe
+
+PRECISION_DEFAULT = 0  # float32 may use TF32 tensor cores on the GPU
+PRECISION_HIGHEST = 1  # full float32
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvSpec:
+  window: Window
+  channels_last: bool
+  groups: int
+  precision: int
+  workspace_limit: int
+
+  def with_groups(self, groups: int) -> "ConvSpec":
+    return dataclasses.replace(self, groups=groups)
+
+
+conv_forward_p = make_primitive("im2col_conv_forward")
+conv_backward_data_p = make_primitive("im2col_conv_backward_data")
+conv_backward_filter_p = make_primitive("im2col_conv_backward_filter")
+
+_HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+
+
+def _native_out(prim, in_dtype, out_dtype):
+  """The result dtype the kernels produce for these operands."""
+  if prim is conv_forward_p and in_dtype in _HALF and out_dtype == np.float32:
+    return np.dtype(np.float32)
+  return in_dtype
+
+
+def bind(prim, a, b, *, spec: ConvSpec, out_dtype, in_spatial=None):
+  """Binds a conv primitive with operands of one dtype and a result dtype the
+  kernels support, casting around it where the caller's dtypes differ."""
+  out_dtype = np.dtype(out_dtype)
+  common = np.dtype(jnp.promote_types(a.dtype, b.dtype))
+  a, b = a.astype(common), b.astype(common)
+  native = _native_out(prim, common, out_dtype)
+  params = dict(spec=spec, out_dtype=native)
+  if prim is conv_backward_data_p:
+    params["in_spatial"] = tuple(in_spatial)
+  out = prim.bind(a, b, **params)
+  return out if native == out_dtype else out.astype(out_dtype)
+
+
+# --- shapes ------------------------------------------------------------------
+
+def _filter_shape(o, cg, spec):
+  k = spec.window.kernel
+  return (o, *k, cg) if spec.channels_last else (o, cg, *k)
+
+
+def _filter_in_channels(w_shape, spec):
+  return w_shape[-1] if spec.channels_last else w_shape[1]
+
+
+def _forward_abstract(x, w, *, spec, out_dtype):
+  cl = spec.channels_last
+  out = spec.window.output_spatial(_unfold.image_spatial(x.shape, cl))
+  return jax.core.ShapedArray(_unfold.image_shape(x.shape[0], w.shape[0], out, cl), out_dtype)
+
+
+def _backward_data_abstract(dy, w, *, spec, out_dtype, in_spatial):
+  c = _filter_in_channels(w.shape, spec) * spec.groups
+  return jax.core.ShapedArray(
+      _unfold.image_shape(dy.shape[0], c, in_spatial, spec.channels_last), out_dtype)
+
+
+def _backward_filter_abstract(dy, x, *, spec, out_dtype):
+  cl = spec.channels_last
+  o = _unfold.image_channels(dy.shape, cl)
+  cg = _unfold.image_channels(x.shape, cl) // spec.groups
+  return jax.core.ShapedArray(_filter_shape(o, cg, spec), out_dtype)
+
+
+conv_forward_p.def_abstract_eval(_forward_abstract)
+conv_backward_data_p.def_abstract_eval(_backward_data_abstract)
+conv_backward_filter_p.def_abstract_eval(_backward_filter_abstract)
+
+
+# --- transposes (JVPs follow from bilinearity) ---------------------------------
+
+def _spatial_of(aval, spec):
+  return _unfold.image_spatial(aval.shape, spec.channels_last)
+
+
+def _forward_t_x(ct, x, w, *, spec, out_dtype):
+  return bind(conv_backward_data_p, ct, w, spec=spec, out_dtype=x.aval.dtype,
+              in_spatial=_spatial_of(x.aval, spec))
+
+
+def _forward_t_w(ct, x, w, *, spec, out_dtype):
+  return bind(conv_backward_filter_p, ct, x, spec=spec, out_dtype=w.aval.dtype)
+
+
+def _backward_data_t_dy(ct, dy, w, *, spec, out_dtype, in_spatial):
+  return bind(conv_forward_p, ct, w, spec=spec, out_dtype=dy.aval.dtype)
+
+
+def _backward_data_t_w(ct, dy, w, *, spec, out_dtype, in_spatial):
+  return bind(conv_backward_filter_p, dy, ct, spec=spec, out_dtype=w.aval.dtype)
+
+
+def _backward_filter_t_dy(ct, dy, x, *, spec, out_dtype):
+  return bind(conv_forward_p, x, ct, spec=spec, out_dtype=dy.aval.dtype)
+
+
+def _backward_filter_t_x(ct, dy, x, *, spec, out_dtype):
+  return bind(conv_backward_data_p, dy, ct, spec=spec, out_dtype=x.aval.dtype,
+              in_spatial=_spatial_of(x.aval, spec))
+
+
+ad.defbilinear(conv_forward_p, _forward_t_x, _forward_t_w)
+ad.defbilinear(conv_backward_data_p, _backward_data_t_dy, _backward_data_t_w)
+ad.defbilinear(conv_backward_filter_p, _backward_filter_t_dy, _backward_filter_t_x)
+
+
+# --- batching ----------------------------------------------------------------
+#
+# Roles: every primitive relates an image x, a filter w and an output image y.
+# A mapped axis that touches only images folds into N. Once the filter is
+# mapped (per-example weights, or a filter gradient of mapped operands), the
+# mapped axis B folds into the groups instead: images (B, N, C, ...) become
+# (N, B*C, ...), filters (B, O, ...) become (B*O, ...) and groups G become
+# B*G, so the work stays one call of B*G grouped GEMMs.
+
+def _to_front(v, d):
+  return v if d is batching.not_mapped else jnp.moveaxis(v, d, 0)
+
+
+def _images_into_n(v):
+  b, n = v.shape[:2]
+  return v.reshape((b * n, *v.shape[2:]))
+
+
+def _images_into_channels(v, cl):
+  """(B, N, ...) -> (N, ..., B*C) on the channel axis."""
+  b, n = v.shape[:2]
+  if cl:
+    v = jnp.moveaxis(v, 0, -2)  # (N, *S, B, C)
+    return v.reshape((*v.shape[:-2], b * v.shape[-1]))
+  v = jnp.moveaxis(v, 0, 1)  # (N, B, C, *S)
+  return v.reshape((n, b * v.shape[2], *v.shape[3:]))
+
+
+def _images_from_channels(v, b, cl):
+  """(N, ..., B*C) -> (B, N, ..., C)."""
+  if cl:
+    v = v.reshape((*v.shape[:-1], b, v.shape[-1] // b))
+    return jnp.moveaxis(v, -2, 0)
+  v = v.reshape((v.shape[0], b, v.shape[1] // b, *v.shape[2:]))
+  return jnp.moveaxis(v, 1, 0)
+
+
+def _broadcast(v, b):
+  return jnp.broadcast_to(v, (b, *v.shape))
+
+
+def _batch_rule(prim):
+  image_roles = {conv_forward_p: ("image", "filter"), conv_backward_data_p: ("image", "filter"),
+                 conv_backward_filter_p: ("image", "image")}[prim]
+
+  def rule(args, dims, *, spec, out_dtype, **extra):
+    b = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+    args = [_to_front(a, d) for a, d in zip(args, dims)]
+    mapped = [d is not batching.not_mapped for d in dims]
+    filter_mapped = prim is conv_backward_filter_p or mapped[1]
+    if not filter_mapped:  # only the image operand is mapped
+      out = prim.bind(_images_into_n(args[0]), args[1], spec=spec, out_dtype=out_dtype, **extra)
+      return out.reshape((b, args[0].shape[1], *out.shape[1:])), 0
+    cl = spec.channels_last
+    new = []
+    for a, m, role in zip(args, mapped, image_roles):
+      a = a if m else _broadcast(a, b)
+      new.append(_images_into_channels(a, cl) if role == "image" else
+                 a.reshape((b * a.shape[1], *a.shape[2:])))
+    out = prim.bind(*new, spec=spec.with_groups(spec.groups * b), out_dtype=out_dtype, **extra)
+    if prim is conv_backward_filter_p:
+      return out.reshape((b, out.shape[0] // b, *out.shape[1:])), 0
+    return _images_from_channels(out, b, cl), 0
+
+  return rule
+
+
+for _prim in (conv_forward_p, conv_backward_data_p, conv_backward_filter_p):
+  batching.primitive_batchers[_prim] = _batch_rule(_prim)
+
+
+# --- CUDA lowering: one FFI call with workspace from XLA ----------------------
+
+def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator):
+  cl = spec.channels_last
+  c = _unfold.image_channels(image_aval.shape, cl)
+  o = _unfold.image_channels(y_aval.shape, cl)
+  k = spec.window.kernel_size
+  positions = int(np.prod(_unfold.image_spatial(y_aval.shape, cl), dtype=np.int64))
+  in_item = np.dtype(ctx.avals_in[0].dtype).itemsize
+  return plan_chunks(n=image_aval.shape[0], positions=positions,
+                     cols_row_bytes=c * k * columns, extra_row_bytes=o * in_item if transposed_dy else 0,
+                     limit=spec.workspace_limit, needs_columns=columns > 0,
+                     groups=spec.groups, acc_bytes=o * (c // spec.groups) * k * 4 if accumulator else 0)
+
+
+def _cuda_call(target, ctx, a, b, spec, plan):
+  ws = jax.core.ShapedArray((plan.workspace_bytes,), np.uint8)
+  rule = jax.ffi.ffi_lowering(target)
+  out, _ = rule(ctx.replace(avals_out=[ctx.avals_out[0], ws]), a, b,
+                channels_last=spec.channels_last, groups=np.int64(spec.groups),
+                precision=np.int64(spec.precision), chunk_images=np.int64(plan.images),
+                chunk_positions=np.int64(plan.positions), **spec.window.ffi_attributes())
+  return [out]
+
+
+def _identity(spec, image_aval):
+  return spec.window.is_identity(_unfold.image_spatial(image_aval.shape, spec.channels_last))
+
+
+@empty_safe
+def _forward_cuda(ctx, x, w, *, spec, out_dtype):
+  xa, ya = ctx.avals_in[0], ctx.avals_out[0]
+  item = np.dtype(xa.dtype).itemsize
+  plan = _plan(ctx, spec, xa, ya, columns=0 if _identity(spec, xa) else item,
+               transposed_dy=False, accumulator=False)
+  return _cuda_call(_ffi.CONV_FORWARD, ctx, x, w, spec, plan)
+
+
+@empty_safe
+def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
+  dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
+  dtype = np.dtype(dya.dtype)
+  cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32
+  plan = _plan(ctx, spec, dxa, dya, columns=0 if _identity(spec, dxa) else cols_item,
+               transposed_dy=False, accumulator=False)
+  return _cuda_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, plan)
+
+
+@empty_safe
+def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
+  dya, xa = ctx.avals_in
+  dtype = np.dtype(xa.dtype)
+  no_columns = _identity(spec, xa) and spec.channels_last
+  plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
+               transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)
+  return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)
+
+
+mlir.register_lowering(conv_forward_p, _forward_cuda, platform="cuda")
+mlir.register_lowering(conv_backward_data_p, _backward_data_cuda, platform="cuda")
+mlir.register_lowering(conv_backward_filter_p, _backward_filter_cuda, platform="cuda")
+
+
+# --- CPU lowering: unfold / fold custom calls and XLA dots ---------------------
+
+def _dot_precision(spec):
+  return lax.Precision.HIGHEST if spec.precision == PRECISION_HIGHEST else None
+
+
+def _acc_dtype(dtype):
+  return np.dtype(np.float32) if np.dtype(dtype) in _HALF else np.dtype(dtype)
+
+
+def _grouped_columns(x, spec):
+  """Columns of x split by group: (N, G, Cg*K, L) cf or (N, L, K, G, Cg) cl."""
+  cols = _unfold.unfold(x, window=spec.window, channels_last=spec.channels_last)
+  n, g, k = x.shape[0], spec.groups, spec.window.kernel_size
+  if spec.channels_last:
+    return cols.reshape((n, cols.shape[1], k, g, -1))
+  return cols.reshape((n, g, -1, cols.shape[2]))
+
+
+def _grouped_filter(w, spec):
+  """(G, Og, Cg*K) cf or (G, Og, K, Cg) cl."""
+  g = spec.groups
+  if spec.channels_last:
+    return w.reshape((g, w.shape[0] // g, spec.window.kernel_size, w.shape[-1]))
+  return w.reshape((g, w.shape[0] // g, -1))
+
+
+def _grouped_image(y, spec):
+  """(N, G, Og, L) cf or (N, L, G, Og) cl."""
+  n, g = y.shape[0], spec.groups
+  if spec.channels_last:
+    return y.reshape((n, -1, g, y.shape[-1] // g))
+  return y.reshape((n, g, y.shape[1] // g, -1))
+
+
+def _forward_cpu_chunk(x, w, *, spec, out_dtype):
+  cols, wg = _grouped_columns(x, spec), _grouped_filter(w, spec)
+  dn = ((((2, 4), (2, 3)), ((3,), (0,))) if spec.channels_last else (((2,), (2,)), ((1,), (0,))))
+  y = lax.dot_general(cols, wg, dn, precision=_dot_precision(spec),
+                      preferred_element_type=_acc_dtype(out_dtype))  # (G, N, L, Og)
+  out_spatial = spec.window.output_spatial(_unfold.image_spatial(x.shape, spec.channels_last))
+  n = x.shape[0]
+  if spec.channels_last:
+    y = jnp.transpose(y, (1, 2, 0, 3)).reshape((n, *out_spatial, -1))
+  else:
+    y = jnp.transpose(y, (1, 0, 3, 2)).reshape((n, -1, *out_spatial))
+  return y.astype(out_dtype)
+
+
+def _backward_data_cpu_chunk(dy, w, *, spec, out_dtype, in_spatial):
+  dyg, wg = _grouped_image(dy, spec), _grouped_filter(w, spec)
+  n, k = dy.shape[0], spec.window.kernel_size
+  acc = _acc_dtype(out_dtype)
+  if spec.channels_last:
+    dcols = lax.dot_general(dyg, wg, (((3,), (1,)), ((2,), (0,))), precision=_dot_precision(spec),
+                            preferred_element_type=acc)  # (G, N, L, K, Cg)
+    dcols = jnp.transpose(dcols, (1, 2, 3, 0, 4)).reshape((n, dcols.shape[2], -1))
+  else:
+    dcols = lax.dot_general(dyg, wg, (((2,), (1,)), ((1,), (0,))), precision=_dot_precision(spec),
+                            preferred_element_type=acc)  # (G, N, L, Cg*K)
+    dcols = jnp.transpose(dcols, (1, 0, 3, 2)).reshape((n, -1, dcols.shape[2]))
+  dx = _unfold.fold(dcols, window=spec.window, channels_last=spec.channels_last,
+                    spatial=tuple(in_spatial))
+  return dx.astype(out_dtype)
+
+
+def _backward_filter_cpu_chunk(dy, x, *, spec, out_dtype):
+  cols, dyg = _grouped_columns(x, spec), _grouped_image(dy, spec)
+  acc = _acc_dtype(out_dtype)
+  if spec.channels_last:  # dy (N, L, G, Og), cols (N, L, K, G, Cg) -> (G, Og, K, Cg)
+    dw = lax.dot_general(dyg, cols, (((0, 1), (0, 1)), ((2,), (3,))),
+                         precision=_dot_precision(spec), preferred_element_type=acc)
+  else:  # dy (N, G, Og, L), cols (N, G, CgK, L) -> (G, Og, CgK)
+    dw = lax.dot_general(dyg, cols, (((0, 3), (0, 3)), ((1,), (1,))),
+                         precision=_dot_precision(spec), preferred_element_type=acc)
+  o = dy.shape[-1] if spec.channels_last else dy.shape[1]
+  cg = _unfold.image_channels(x.shape, spec.channels_last) // spec.groups
+  return dw.reshape(_filter_shape(o, cg, spec)).astype(out_dtype)
+
+
+def _cpu_images_per_chunk(image_shape, spec, item):
+  cl = spec.channels_last
+  c = _unfold.image_channels(image_shape, cl)
+  positions = int(np.prod(spec.window.output_spatial(_unfold.image_spatial(image_shape, cl))))
+  per_image = max(1, c * spec.window.kernel_size * positions * item)
+  return max(1, spec.workspace_limit // per_image)
+
+
+def _map_images(fn, image, other, chunk):
+  """fn over chunks of `image`'s leading axis (padded to whole chunks)."""
+  n = image.shape[0]
+  if chunk >= n:
+    return fn(image, other)
+  steps = -(-n // chunk)
+  padded = jnp.pad(image, [(0, steps * chunk - n)] + [(0, 0)] * (image.ndim - 1))
+  out = lax.map(lambda part: fn(part, other), padded.reshape((steps, chunk, *image.shape[1:])))
+  return out.reshape((steps * chunk, *out.shape[2:]))[:n]
+
+
+def _forward_cpu(x, w, *, spec, out_dtype):
+  chunk = _cpu_images_per_chunk(x.shape, spec, np.dtype(x.dtype).itemsize)
+  return _map_images(lambda a, b: _forward_cpu_chunk(a, b, spec=spec, out_dtype=out_dtype),
+                     x, w, chunk)
+
+
+def _backward_data_cpu(dy, w, *, spec, out_dtype, in_spatial):
+  dx_shape = _backward_data_abstract(dy, w, spec=spec, out_dtype=out_dtype,
+                                     in_spatial=in_spatial).shape
+  chunk = _cpu_images_per_chunk(dx_shape, spec, 4)
+  fn = lambda a, b: _backward_data_cpu_chunk(a, b, spec=spec, out_dtype=out_dtype,
+                                             in_spatial=in_spatial)
+  return _map_images(fn, dy, w, chunk)
+
+
+def _backward_filter_cpu(dy, x, *, spec, out_dtype):
+  n = x.shape[0]
+  chunk = _cpu_images_per_chunk(x.shape, spec, np.dtype(x.dtype).itemsize)
+  if chunk >= n:
+    return _backward_filter_cpu_chunk(dy, x, spec=spec, out_dtype=out_dtype)
+  steps = -(-n // chunk)
+  pad = lambda v: jnp.pad(v, [(0, steps * chunk - n)] + [(0, 0)] * (v.ndim - 1)).reshape(
+      (steps, chunk, *v.shape[1:]))
+  acc = _acc_dtype(out_dtype)
+
+  def step(total, parts):
+    return total + _backward_filter_cpu_chunk(*parts, spec=spec, out_dtype=acc), None
+
+  zero = jnp.zeros(_backward_filter_abstract(dy, x, spec=spec, out_dtype=acc).shape, acc)
+  total, _ = lax.scan(step, zero, (pad(dy), pad(x)))
+  return total.astype(out_dtype)
+
+
+for _prim, _fn in ((conv_forward_p, _forward_cpu), (conv_backward_data_p, _backward_data_cpu),
+                   (conv_backward_filter_p, _backward_filter_cpu)):
+  mlir.register_lowering(_prim, empty_safe(mlir.lower_fun(_fn, multiple_results=False)),
+                         platform="cpu")
