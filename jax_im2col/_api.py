@@ -161,7 +161,7 @@ def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs
   rank_of = [rhs_axes.index(a) for a in rhs_spec[2:]]  # spatial dim -> rhs axis rank
   kernel = tuple(filter_shape[r] for r in rank_of)
   x = jnp.transpose(lhs, lhs_spec)  # (N, C, *spatial)
-  pads = resolve_padding(padding, x.shape[2:], kernel, strides, rhs_dil)
+  pads = resolve_padding(padding, x.shape[2:], kernel, strides, rhs_dil, lhs_dil)
   window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
   check_index_range(window, x.shape[2:], "conv_general_dilated_patches")
   out_spatial = window.output_spatial(x.shape[2:])

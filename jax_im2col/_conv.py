@@ -119,7 +119,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
 
   in_spatial = tuple(lhs.shape[d] for d in lhs_spec[2:])
   kernel = tuple(rhs.shape[d] for d in rhs_spec[2:])
-  pads = resolve_padding(padding, in_spatial, kernel, strides, rhs_dil)
+  pads = resolve_padding(padding, in_spatial, kernel, strides, rhs_dil, lhs_dil)
   window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
   check_index_range(window, in_spatial, "conv_general_dilated")
 

@@ -155,7 +155,7 @@ ad.defbilinear(conv_backward_filter_p, _backward_filter_t_dy, _backward_filter_t
 # B*G, so the work stays one call of B*G grouped GEMMs.
 
 def _to_front(v, d):
-  return v if d is batching.not_mapped else jnp.moveaxis(v, d, 0)
+  return v if d is None else jnp.moveaxis(v, d, 0)
 
 
 def _images_into_n(v):
@@ -191,9 +191,9 @@ def _batch_rule(prim):
                  conv_backward_filter_p: ("image", "image")}[prim]
 
   def rule(args, dims, *, spec, out_dtype, **extra):
-    b = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
+    b = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     args = [_to_front(a, d) for a, d in zip(args, dims)]
-    mapped = [d is not batching.not_mapped for d in dims]
+    mapped = [d is not None for d in dims]
     filter_mapped = prim is conv_backward_filter_p or mapped[1]
     if not filter_mapped:  # only the image operand is mapped
       out = prim.bind(_images_into_n(args[0]), args[1], spec=spec, out_dtype=out_dtype, **extra)

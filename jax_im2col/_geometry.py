@@ -72,7 +72,7 @@ def dilated(n: int, d: int) -> int:
 
 def resolve_padding(padding, in_spatial: Sequence[int], kernel: Sequence[int],
                     strides: Sequence[int], rhs_dilation: Sequence[int],
-                    name: str = "padding") -> tuple[tuple[int, int], ...]:
+                    lhs_dilation: Sequence[int], name: str = "padding") -> tuple[tuple[int, int], ...]:
   """lax's padding forms: 'SAME', 'SAME_LOWER', 'VALID' or (low, high) pairs.
 
   As in lax, string paddings are computed on the undilated input and the
@@ -80,6 +80,9 @@ def resolve_padding(padding, in_spatial: Sequence[int], kernel: Sequence[int],
   """
   nd = len(in_spatial)
   if isinstance(padding, str):
+    if any(d != 1 for d in lhs_dilation):
+      raise ValueError(f"{name}: string padding is not defined with lhs_dilation (as in lax); "
+                       "give (low, high) pairs")
     mode = padding.upper()
     if mode == "VALID":
       return ((0, 0),) * nd
