@@ -199,6 +199,12 @@ def _batch_rule(prim):
       out = prim.bind(_images_into_n(args[0]), args[1], spec=spec, out_dtype=out_dtype, **extra)
       return out.reshape((b, args[0].shape[1], *out.shape[1:])), 0
     cl = spec.channels_last
+    if prim is conv_forward_p and not mapped[0] and spec.groups == 1:
+      # Shared input, mapped filters: one conv with B*O output channels.
+      w = args[1]
+      out = prim.bind(args[0], w.reshape((b * w.shape[1], *w.shape[2:])), spec=spec,
+                      out_dtype=out_dtype, **extra)
+      return _images_from_channels(out, b, cl), 0
     new = []
     for a, m, role in zip(args, mapped, image_roles):
       a = a if m else _broadcast(a, b)
