@@ -11,8 +11,8 @@ import numpy as np
 from jax import lax
 
 from . import _unfold
-from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, padding_pairs,
-                        resolve_padding)
+from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, check_lax_padding,
+                        padding_pairs, resolve_padding)
 
 FLOAT_DTYPES = tuple(np.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
 
@@ -163,12 +163,13 @@ def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs
   x = jnp.transpose(lhs, lhs_spec)  # (N, C, *spatial)
   pads = resolve_padding(padding, x.shape[2:], kernel, strides, rhs_dil, lhs_dil)
   window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
+  check_lax_padding(window, x.shape[2:], "padding")
   check_index_range(window, x.shape[2:], "conv_general_dilated_patches")
   out_spatial = window.output_spatial(x.shape[2:])
   n, c = x.shape[:2]
   cols = _unfold.unfold(x, window=window, channels_last=False)
   if rank_of != sorted(rank_of):
-    cols = cols.reshape((n, c, *kernel, -1))
+    cols = cols.reshape((n, c, *kernel, cols.shape[-1]))
     cols = jnp.transpose(cols, (0, 1, *(2 + np.argsort(rank_of)), nd + 2))
   out = cols.reshape((n, c * window.kernel_size, *out_spatial))
   out = jnp.transpose(out, np.argsort(out_spec))

@@ -13,7 +13,8 @@ from jax import lax
 
 from . import _conv_primitives as P
 from ._api import check_float_array, conv_dimension_numbers
-from ._geometry import MAX_SPATIAL, Window, as_int_tuple, check_index_range, resolve_padding
+from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, check_lax_padding,
+                        resolve_padding)
 from ._workspace import get_workspace_limit
 
 _HIGHEST_NAMES = {"highest", "float32", "high", "bfloat16_3x"}
@@ -121,6 +122,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
   kernel = tuple(rhs.shape[d] for d in rhs_spec[2:])
   pads = resolve_padding(padding, in_spatial, kernel, strides, rhs_dil, lhs_dil)
   window = Window(kernel, strides, rhs_dil, lhs_dil, pads)
+  check_lax_padding(window, in_spatial, "padding")
   check_index_range(window, in_spatial, "conv_general_dilated")
 
   # Channels-last when the input's features are its last axis.

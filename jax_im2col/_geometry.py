@@ -159,6 +159,14 @@ class Window:
     )
 
 
+def check_lax_padding(window: Window, in_spatial: Sequence[int], name: str) -> None:
+  """lax refuses paddings that leave a (dilated) input dimension negative."""
+  for n, l, (lo, hi) in zip(in_spatial, window.lhs_dilation, window.padding):
+    if dilated(n, l) + lo + hi < 0:
+      raise ValueError(f"{name}: negative padding is larger than the input dimension: padding "
+                       f"{window.padding} for input spatial shape {tuple(in_spatial)}")
+
+
 def check_index_range(window: Window, in_spatial: Sequence[int], name: str) -> None:
   positions = int(np.prod(window.output_spatial(in_spatial), dtype=np.int64))
   size = int(np.prod(in_spatial, dtype=np.int64))
