@@ -1,0 +1,1068 @@
+#!/usr/bin/env python3
+"""Benchmark jax_im2col against XLA (jax.lax) and PyTorch on one device.
+
+    python benchmarks/bench.py --out DIR [--quick] [--only unfold,fold,fwd,bwd,conv,extra,ceil]
+                               [--cases NAME,...] [--dtypes f32,bf16] [--layouts cf,cl]
+
+Measures the device's copy bandwidth and GEMM rates once, then for every shape
+of the suite (SUITE below: the anchor suite of shared/anchors-h200.md), dtype
+(float32, bfloat16) and layout (channels-first, channels-last):
+unfold, fold, convolution forward and convolution backward (input + weight
+gradient), ours next to XLA and torch; then a few cases reported slow in XLA
+(EXTRAS). Writes DIR/bench.json (every raw number), DIR/bench.md (markdown
+tables with geometric means) and DIR/bench.png (ours/XLA per shape), and
+prints a compact summary table last.
+
+Timing: everything jitted (compiled ahead of time, which also gives XLA's
+temporary-memory figure), random normal inputs, warm-up, then the median of
+repeats. A repeat runs the op `inner` times back to back (enough for about a
+millisecond, so that launch gaps hide behind device work) and is timed with
+block_until_ready (JAX) or CUDA events (torch); inputs rotate among 3 sets
+when they are under 100 MB, so that repeats do not read their inputs from L2.
+A failure is recorded as an error string and the run goes on; past
+--deadline-s the rest is recorded as skipped; on SIGTERM the files are written
+with what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+T_START = time.perf_counter()  # the deadline counts from here, imports included
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")  # leave room for torch
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+
+import jax_im2col as J  # noqa: E402
+
+try:
+  import torch
+  import torch.nn.functional as F
+except ImportError:  # torch columns become skips
+  torch = None
+
+OURS_CONV = getattr(J, "conv_general_dilated", None)
+NO_OURS_CONV = "jax_im2col.conv_general_dilated not available"
+HIGHEST = lax.Precision.HIGHEST
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+ROTATE_BELOW_BYTES = 100 << 20
+N_ROTATE = 3
+
+# ----------------------------------------------------------------------------- cases
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  name: str
+  n: int
+  c: int
+  spatial: tuple
+  k: int
+  kernel: tuple
+  stride: tuple
+  pad: tuple  # per spatial dim: int (symmetric) or (low, high)
+  dilation: tuple
+  groups: int = 1
+  lhs_dilation: tuple | None = None  # transposed convolution
+  group: str = "suite"
+  ops: tuple = ("unfold", "fold", "fwd", "bwd")
+  layouts: tuple = ("cf", "cl")
+  dtypes: tuple = ("f32", "bf16")
+  note: str = ""
+
+  @property
+  def nd(self) -> int:
+    return len(self.spatial)
+
+  @property
+  def pads(self) -> tuple:
+    return tuple((p, p) if isinstance(p, int) else tuple(p) for p in self.pad)
+
+  @property
+  def symmetric_pad(self) -> tuple | None:
+    return None if any(lo != hi for lo, hi in self.pads) else tuple(lo for lo, _ in self.pads)
+
+
+# The anchor suite (shared/anchors-h200.md):
+# name, N, C, spatial, K, kernel, stride, pad, dilation, groups
+SUITE_TABLE = [
+    ("r50_stem7x7s2", 32, 3, (224, 224), 64, (7, 7), (2, 2), (3, 3), (1, 1), 1),
+    ("r50_3x3_c64", 32, 64, (56, 56), 64, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ("r50_1x1_c256", 32, 256, (56, 56), 64, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    ("r50_3x3s2_c128", 32, 128, (56, 56), 128, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    ("r50_3x3_c256", 32, 256, (14, 14), 256, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ("r50_3x3_c512", 32, 512, (7, 7), 512, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ("resnext_g32", 32, 256, (28, 28), 256, (3, 3), (1, 1), (1, 1), (1, 1), 32),
+    ("mbv2_dw3x3", 32, 144, (56, 56), 144, (3, 3), (1, 1), (1, 1), (1, 1), 144),
+    ("deeplab_dil2", 8, 256, (64, 64), 256, (3, 3), (1, 1), (2, 2), (2, 2), 1),
+    ("w2v_1d_k3s2", 8, 512, (3199,), 512, (3,), (2,), (0,), (1,), 1),
+    ("c3d_3x3x3", 4, 64, (16, 56, 56), 64, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+]
+SUITE = [Case(*row) for row in SUITE_TABLE]
+
+_EXTRA = dict(group="extra", dtypes=("f32",), ops=("fwd", "bwd"))
+EXTRAS = [
+    Case("jax13800_dw1d", 32, 512, (1024,), 512, (5,), (1,), (2,), (1,), groups=512, layouts=("cf",),
+         note="jax#13800: depthwise 1-D, slow backward", **_EXTRA),
+    Case("grouped1d_g16", 8, 512, (4000,), 512, (3,), (1,), (1,), (1,), groups=16, layouts=("cf",),
+         note="jax#13800: grouped 1-D, slow backward", **_EXTRA),
+    Case("jax26266_dw_dil2", 16, 256, (64, 64), 256, (3, 3), (1, 1), (2, 2), (2, 2), groups=256,
+         layouts=("cl",), note="jax#26266: dilated depthwise", **_EXTRA),
+    Case("jax26266_dw_dil4", 16, 256, (64, 64), 256, (3, 3), (1, 1), (4, 4), (4, 4), groups=256,
+         layouts=("cl",), note="jax#26266: dilated depthwise", **_EXTRA),
+    Case("jax31662_convT3d", 2, 64, (16, 16, 16), 64, (3, 3, 3), (1, 1, 1), ((1, 2),) * 3, (1, 1, 1),
+         lhs_dilation=(2, 2, 2), layouts=("cf",), note="jax#31662: 3-D transposed conv (lhs_dilation 2)",
+         **_EXTRA),
+    Case("per_example_wgrad", 32, 64, (32, 32), 64, (3, 3), (1, 1), (1, 1), (1, 1), group="extra",
+         dtypes=("f32",), ops=("pex",), layouts=("cf",),
+         note="vmap(grad wrt weights) over 32 examples; torch: torch.func.vmap(grad), forward included"),
+]
+
+
+def shrink(case: Case) -> Case:
+  """A small version of a case for --quick (CPU development runs)."""
+
+  def scale(ch):
+    if ch < 16:
+      return ch
+    g = case.groups
+    return max(ch // 4 // g * g, g)
+
+  if case.groups == case.c:  # depthwise (maybe with a channel multiplier)
+    c = max(case.c // 4, 1)
+    groups, k = c, c * (case.k // case.c)
+  else:
+    c, k, groups = scale(case.c), scale(case.k), case.groups
+  eff = [(kk - 1) * d + 1 for kk, d in zip(case.kernel, case.dilation)]
+  spatial = tuple(max(s // 4, e) for s, e in zip(case.spatial, eff))
+  return dataclasses.replace(case, n=min(case.n, 2), c=c, k=k, groups=groups, spatial=spatial)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def conv_dims(nd: int, layout: str) -> tuple:
+  sp = "DHW"[-nd:] if nd <= 3 else "".join(chr(ord("a") + i) for i in range(nd))
+  if layout == "cf":
+    return ("NC" + sp, "OI" + sp, "NC" + sp)
+  return ("N" + sp + "C", sp + "IO", "N" + sp + "C")
+
+
+def x_shape(case: Case, layout: str) -> tuple:
+  return (case.n, case.c, *case.spatial) if layout == "cf" else (case.n, *case.spatial, case.c)
+
+
+def w_shape(case: Case, layout: str) -> tuple:
+  i = case.c // case.groups
+  return (case.k, i, *case.kernel) if layout == "cf" else (*case.kernel, i, case.k)
+
+
+def conv_kwargs(case: Case, layout: str, precision=None) -> dict:
+  return dict(window_strides=case.stride, padding=case.pads, lhs_dilation=case.lhs_dilation,
+              rhs_dilation=case.dilation, dimension_numbers=conv_dims(case.nd, layout),
+              feature_group_count=case.groups, precision=precision)
+
+
+def out_spatial(case: Case) -> tuple:
+  y = jax.eval_shape(lambda x, w: lax.conv_general_dilated(x, w, **conv_kwargs(case, "cf")),
+                     jax.ShapeDtypeStruct(x_shape(case, "cf"), jnp.float32),
+                     jax.ShapeDtypeStruct(w_shape(case, "cf"), jnp.float32))
+  return tuple(y.shape[2:])
+
+
+def y_shape(case: Case, layout: str) -> tuple:
+  so = out_spatial(case)
+  return (case.n, case.k, *so) if layout == "cf" else (case.n, *so, case.k)
+
+
+def conv_flops(case: Case) -> float:
+  """Multiply-adds x 2 of the forward conv (taps that land in padding included)."""
+  return 2.0 * case.n * case.k * math.prod(out_spatial(case)) * (case.c // case.groups) * math.prod(case.kernel)
+
+
+def nbytes(shape, dtype) -> int:
+  return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+@dataclasses.dataclass
+class TimingConfig:
+  warmup: int = 3
+  min_reps: int = 10
+  max_reps: int = 40
+  budget_s: float = 0.2  # per measurement, after warm-up
+  rep_target_s: float = 1e-3  # run `inner` calls per repeat, about this long
+  max_inner: int = 64
+
+
+def _summary(samples: list, inner: int) -> dict:
+  ms = sorted(s * 1e3 for s in samples)
+  return dict(ms=statistics.median(ms), min_ms=ms[0], max_ms=ms[-1], reps=len(ms), inner=inner)
+
+
+def _inner_count(est_s: float, cfg: TimingConfig) -> int:
+  return max(1, min(cfg.max_inner, int(cfg.rep_target_s / max(est_s, 1e-7))))
+
+
+def time_jax(fn: Callable, arg_sets: list, cfg: TimingConfig) -> dict:
+  """Median seconds per call of a compiled JAX function, rotating argument sets."""
+
+  def call(i):
+    return fn(*arg_sets[i % len(arg_sets)])
+
+  for i in range(cfg.warmup):
+    jax.block_until_ready(call(i))
+  t0 = time.perf_counter()
+  jax.block_until_ready(call(0))
+  inner = _inner_count(time.perf_counter() - t0, cfg)
+  samples, start = [], time.perf_counter()
+  while len(samples) < cfg.max_reps and (len(samples) < cfg.min_reps or time.perf_counter() - start < cfg.budget_s):
+    t0 = time.perf_counter()
+    for j in range(inner):
+      out = call(j)
+    jax.block_until_ready(out)  # one stream: the last call done means all are
+    samples.append((time.perf_counter() - t0) / inner)
+    del out
+  return _summary(samples, inner)
+
+
+def time_torch(fn: Callable, arg_sets: list, cfg: TimingConfig) -> dict:
+  """Median seconds per call of a torch function: CUDA events on a GPU, else a host clock."""
+  cuda = TORCH_DEVICE is not None and TORCH_DEVICE.type == "cuda"
+  sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+  def call(i):
+    return fn(*arg_sets[i % len(arg_sets)])
+
+  for i in range(cfg.warmup):
+    call(i)
+  sync()
+  t0 = time.perf_counter()
+  call(0)
+  sync()
+  inner = _inner_count(time.perf_counter() - t0, cfg)
+  samples, start = [], time.perf_counter()
+  while len(samples) < cfg.max_reps and (len(samples) < cfg.min_reps or time.perf_counter() - start < cfg.budget_s):
+    if cuda:
+      ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+      ev0.record()
+      for j in range(inner):
+        call(j)
+      ev1.record()
+      ev1.synchronize()
+      samples.append(ev0.elapsed_time(ev1) * 1e-3 / inner)
+    else:
+      t0 = time.perf_counter()
+      for j in range(inner):
+        call(j)
+      samples.append((time.perf_counter() - t0) / inner)
+  return _summary(samples, inner)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class Stop(BaseException):
+  """Raised by the SIGTERM handler: write what was measured and stop."""
+
+
+def _on_sigterm(signum, frame):
+  raise Stop(f"signal {signum}")
+
+
+TORCH_DEVICE = None
+
+
+def setup_torch():
+  global TORCH_DEVICE
+  if torch is None:
+    return
+  TORCH_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+  torch.manual_seed(0)
+  if TORCH_DEVICE.type == "cpu":
+    torch.set_num_threads(1)  # torch's and XLA's thread pools on shared cores stall each other
+  else:
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+class Data:
+  """Random normal inputs (never zeros), in rotating sets when they are small.
+
+  JAX inputs are cut from a host pool of normal samples at random offsets and
+  copied to the device: jax.random would compile a generator for every new
+  shape (0.1-1 s each), more than the whole measurement of most ops.
+  """
+
+  POOL = (1 << 23) + 9973  # elements; not a power of two, so tiles do not align
+
+  def __init__(self, seed: int = 0):
+    self.rng = np.random.default_rng(seed)
+    pool = self.rng.standard_normal(self.POOL, dtype=np.float32)
+    self.pools = {np.dtype(jnp.float32): pool, np.dtype(jnp.bfloat16): pool.astype(jnp.bfloat16)}
+
+  def host(self, shape, dtype) -> np.ndarray:
+    pool = self.pools[np.dtype(dtype)]
+    n = math.prod(shape)
+    out = np.empty(n, pool.dtype)
+    pos, off = 0, int(self.rng.integers(self.POOL))
+    while pos < n:
+      take = min(self.POOL - off, n - pos)
+      out[pos:pos + take] = pool[off:off + take]
+      pos, off = pos + take, 0
+    return out.reshape(shape)
+
+  def normal(self, shape, dtype):
+    return jax.device_put(self.host(shape, dtype))
+
+  @staticmethod
+  def n_sets(shapes, dtype) -> int:
+    return N_ROTATE if sum(nbytes(s, dtype) for s in shapes) < ROTATE_BELOW_BYTES else 1
+
+  def sets(self, shapes, dtype) -> list:
+    out = [tuple(self.normal(s, dtype) for s in shapes) for _ in range(self.n_sets(shapes, dtype))]
+    return jax.block_until_ready(out)
+
+  def torch_sets(self, shapes, dtype_name: str, memory_format=None) -> list:
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+
+    def one(shape):
+      t = torch.randn(shape, dtype=dt, device=TORCH_DEVICE)
+      if memory_format is not None and len(shape) in (4, 5):
+        t = t.contiguous(memory_format=memory_format)
+      return t
+
+    return [tuple(one(s) for s in shapes) for _ in range(self.n_sets(shapes, DTYPES[dtype_name]))]
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+class Bench:
+
+  def __init__(self, args, cfg: TimingConfig):
+    self.args, self.cfg = args, cfg
+    self.t0 = T_START
+    self.records: list = []
+    self.ceilings: dict = {}
+    self.data = Data()
+    self.interrupted = None
+
+  def elapsed(self) -> float:
+    return time.perf_counter() - self.t0
+
+  def log(self, msg: str):
+    print(f"[{self.elapsed():6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+  def past_deadline(self) -> bool:
+    return self.args.deadline_s is not None and self.elapsed() > self.args.deadline_s
+
+  def add(self, base: dict, impl: str, **fields) -> dict:
+    rec = dict(base, impl=impl, **fields)
+    if rec.get("ms") and rec.get("bytes"):
+      rec["gbps"] = rec["bytes"] / (rec["ms"] * 1e-3) / 1e9
+    if rec.get("ms") and rec.get("flops"):
+      rec["tflops"] = rec["flops"] / (rec["ms"] * 1e-3) / 1e12
+    self.records.append(rec)
+    what = f"{base['section']:6s} {base['case']} {base.get('dtype', '')} {base.get('layout', '')} {impl}"
+    if "ms" in rec:
+      extra = f" (compile {rec['compile_s']:.1f}s)" if "compile_s" in rec else ""
+      self.log(f"{what}: {rec['ms']:.4f} ms{extra}")
+    else:
+      self.log(f"{what}: {rec.get('error') or rec.get('skip')}")
+    return rec
+
+  def skip(self, base, impl, reason):
+    return self.add(base, impl, skip=reason)
+
+  def _guard(self, base, impl, thunk):
+    if self.past_deadline():
+      return self.skip(base, impl, "deadline")
+    try:
+      return self.add(base, impl, **thunk())
+    except Exception as e:  # noqa: BLE001  (record and go on)
+      msg = f"{type(e).__name__}: {e}".strip()
+      if torch is not None and TORCH_DEVICE is not None and TORCH_DEVICE.type == "cuda":
+        torch.cuda.empty_cache()
+      del e
+      gc.collect()  # the traceback held the inputs
+      return self.add(base, impl, error=msg[:600])
+
+  def run_jax(self, base: dict, impl: str, fn: Callable, arg_sets: list) -> dict:
+    """Compile `fn` ahead of time (recording XLA's temp memory) and time it."""
+
+    def thunk():
+      t0 = time.perf_counter()
+      compiled = jax.jit(fn).lower(*arg_sets[0]).compile()
+      fields = dict(compile_s=time.perf_counter() - t0)
+      try:
+        temp = compiled.memory_analysis().temp_size_in_bytes
+        fields["temp_mb"] = temp / 2**20
+      except Exception:  # noqa: BLE001  (not every backend reports it)
+        pass
+      fields.update(time_jax(compiled, arg_sets, self.cfg))
+      return fields
+
+    return self._guard(base, impl, thunk)
+
+  def run_torch(self, base: dict, impl: str, make: Callable, grad: bool = False) -> dict:
+    """`make()` returns (fn, arg_sets); it runs inside the guard, so setup errors are recorded too."""
+    if torch is None:
+      return self.skip(base, impl, "torch not installed")
+
+    def thunk():
+      with torch.set_grad_enabled(grad):
+        fn, arg_sets = make()
+        return time_torch(fn, arg_sets, self.cfg)
+
+    return self._guard(base, impl, thunk)
+
+
+# ----------------------------------------------------------------------------- torch ops
+
+
+def torch_memory_format(case: Case, layout: str):
+  if layout == "cf":
+    return None
+  return {2: torch.channels_last, 3: torch.channels_last_3d}.get(case.nd)
+
+
+def torch_conv(case: Case, layout: str):
+  """(fn(x, w), torch weight shape) for the case, or a reason why torch has no equivalent."""
+  if layout == "cl" and case.nd not in (2, 3):
+    return f"torch has no channels-last memory format for {case.nd}-D"
+  dil = case.dilation
+  if case.lhs_dilation is not None:  # transposed convolution
+    if any(s != 1 for s in case.stride):
+      return "no torch equivalent for a strided transposed conv"
+    pad_t = tuple(d * (k - 1) - lo for d, k, (lo, _) in zip(dil, case.kernel, case.pads))
+    out_pad = tuple(hi - lo for lo, hi in case.pads)
+    if any(p < 0 for p in pad_t + out_pad):
+      return "no torch equivalent for this padding"
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[case.nd]
+    conv = lambda x, w: fn(x, w, None, case.lhs_dilation, pad_t, out_pad, case.groups, dil)
+    return conv, (case.c, case.k // case.groups, *case.kernel)
+  pad = case.symmetric_pad
+  if pad is None:
+    return "torch conv takes symmetric padding only"
+  fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[case.nd]
+  conv = lambda x, w: fn(x, w, None, case.stride, pad, dil, case.groups)
+  return conv, (case.k, case.c // case.groups, *case.kernel)
+
+
+def torch_y_shape(case: Case) -> tuple:
+  return (case.n, case.k, *out_spatial(case))
+
+
+# ----------------------------------------------------------------------------- ops
+
+
+def base_fields(section: str, case: Case, dtype: str, layout: str, **kw) -> dict:
+  return dict(section=section, case=case.name, group=case.group, dtype=dtype, layout=layout, **kw)
+
+
+def torch_window_kwargs(case: Case) -> dict:
+  return dict(kernel_size=case.kernel, dilation=case.dilation, padding=case.symmetric_pad, stride=case.stride)
+
+
+def ours_unfold_fn(case: Case, layout: str):
+  f = J.unfold if layout == "cf" else J.unfold_channels_last
+  return lambda x: f(x, case.kernel, case.dilation, case.pads, case.stride)
+
+
+def xla_patches_fn(case: Case, layout: str):
+  nd = case.nd
+  lhs, _, out = conv_dims(nd, layout)
+  dn = (lhs, conv_dims(nd, "cf")[1], out)
+  return lambda x: lax.conv_general_dilated_patches(x, case.kernel, case.stride, case.pads,
+                                                     rhs_dilation=case.dilation, dimension_numbers=dn)
+
+
+def op_unfold(b: Bench, case: Case, dt: str, layout: str):
+  dtype = DTYPES[dt]
+  xs = x_shape(case, layout)
+  cols = jax.eval_shape(ours_unfold_fn(case, layout), jax.ShapeDtypeStruct(xs, dtype))
+  moved = nbytes(xs, dtype) + nbytes(cols.shape, dtype)
+  base = base_fields("unfold", case, dt, layout, bytes=moved,
+                     ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
+  sets = b.data.sets([xs], dtype)
+  b.run_jax(base, "ours", ours_unfold_fn(case, layout), sets)
+  b.run_jax(base, "xla", xla_patches_fn(case, layout), sets)
+  del sets
+  if case.nd == 2 and layout == "cf":
+    b.run_torch(base, "torch", lambda: (lambda x: F.unfold(x, **torch_window_kwargs(case)),
+                                    b.data.torch_sets([xs], dt)))
+  else:
+    b.skip(base, "torch", "F.unfold: 2-D channels-first only")
+
+
+def op_fold(b: Bench, case: Case, dt: str, layout: str):
+  dtype = DTYPES[dt]
+  xs = x_shape(case, layout)
+  x_struct = jax.ShapeDtypeStruct(xs, dtype)
+  cols = jax.eval_shape(ours_unfold_fn(case, layout), x_struct).shape
+  moved = nbytes(xs, dtype) + nbytes(cols, dtype)
+  base = base_fields("fold", case, dt, layout, bytes=moved,
+                     ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
+  fold = J.fold if layout == "cf" else J.fold_channels_last
+  sets = b.data.sets([cols], dtype)
+  b.run_jax(base, "ours", lambda c: fold(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride), sets)
+  del sets
+  patches = xla_patches_fn(case, layout)
+  g_shape = jax.eval_shape(patches, x_struct).shape
+  x = b.data.normal(xs, dtype)  # the primal; the VJP of a linear map never reads it
+  sets = [(x, g) for (g,) in b.data.sets([g_shape], dtype)]
+  b.run_jax(base, "xla", lambda x, g: jax.vjp(patches, x)[1](g)[0], sets)
+  del sets, x
+  if case.nd == 2 and layout == "cf":
+    b.run_torch(base, "torch", lambda: (lambda c: F.fold(c, case.spatial, **torch_window_kwargs(case)),
+                                    b.data.torch_sets([cols], dt)))
+  else:
+    b.skip(base, "torch", "F.fold: 2-D channels-first only")
+
+
+def conv_impls(case: Case, layout: str, dt: str) -> list:
+  """(impl name, conv function or None) for ours and XLA, at DEFAULT and (f32) HIGHEST."""
+  impls = [("ours", OURS_CONV, None), ("xla", lax.conv_general_dilated, None)]
+  if dt == "f32":
+    impls += [("ours_hi", OURS_CONV, HIGHEST), ("xla_hi", lax.conv_general_dilated, HIGHEST)]
+  out = []
+  for name, conv, prec in impls:
+    if conv is None:
+      out.append((name, None))
+    else:
+      kw = conv_kwargs(case, layout, prec)
+      out.append((name, lambda x, w, conv=conv, kw=kw: conv(x, w, **kw)))
+  return out
+
+
+def op_fwd(b: Bench, case: Case, dt: str, layout: str):
+  dtype = DTYPES[dt]
+  shapes = [x_shape(case, layout), w_shape(case, layout)]
+  base = base_fields("fwd", case, dt, layout, flops=conv_flops(case))
+  sets = b.data.sets(shapes, dtype)
+  for name, fn in conv_impls(case, layout, dt):
+    if fn is None:
+      b.skip(base, name, NO_OURS_CONV)
+    else:
+      b.run_jax(base, name, fn, sets)
+  del sets
+  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  if isinstance(tc, str):
+    return b.skip(base, "torch", tc)
+  conv, tw = tc
+  mf = torch_memory_format(case, layout)
+  b.run_torch(base, "torch", lambda: (conv, b.data.torch_sets([x_shape(case, "cf"), tw], dt, mf)))
+
+
+def op_bwd(b: Bench, case: Case, dt: str, layout: str):
+  dtype = DTYPES[dt]
+  shapes = [x_shape(case, layout), w_shape(case, layout), y_shape(case, layout)]
+  base = base_fields("bwd", case, dt, layout, flops=2 * conv_flops(case))
+  sets = b.data.sets(shapes, dtype)
+  for name, fn in conv_impls(case, layout, dt)[:2]:  # DEFAULT precision only
+    if fn is None:
+      b.skip(base, name, NO_OURS_CONV)
+    else:
+      b.run_jax(base, name, lambda x, w, g, fn=fn: jax.vjp(fn, x, w)[1](g), sets)
+  del sets
+  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  if isinstance(tc, str):
+    return b.skip(base, "torch", tc)
+  conv, tw = tc
+  mf = torch_memory_format(case, layout)
+
+  def make():
+    sets = []
+    for x, w, g in b.data.torch_sets([x_shape(case, "cf"), tw, torch_y_shape(case)], dt, mf):
+      x.requires_grad_(True)
+      w.requires_grad_(True)
+      sets.append((conv(x, w), x, w, g))  # the forward runs once, outside the timing
+    return (lambda y, x, w, g: torch.autograd.grad(y, (x, w), g, retain_graph=True)), sets
+
+  b.run_torch(base, "torch", make, grad=True)
+
+
+def op_per_example(b: Bench, case: Case, dt: str, layout: str):
+  """Per-example weight gradients: vmap over examples of grad wrt the weights."""
+  dtype = DTYPES[dt]
+  base = base_fields("pex", case, dt, layout, flops=conv_flops(case))
+  xs, ws, ys = x_shape(case, layout), w_shape(case, layout), y_shape(case, layout)
+
+  def per_example(conv):
+    kw = conv_kwargs(case, layout)
+
+    def loss(w, x, ct):
+      return jnp.sum(conv(x[None], w, **kw)[0].astype(jnp.float32) * ct.astype(jnp.float32))
+
+    return lambda w, x, ct: jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(w, x, ct)
+
+  sets = b.data.sets([ws, xs, ys], dtype)
+  if OURS_CONV is None:
+    b.skip(base, "ours", NO_OURS_CONV)
+  else:
+    b.run_jax(base, "ours", per_example(OURS_CONV), sets)
+  b.run_jax(base, "xla", per_example(lax.conv_general_dilated), sets)
+  del sets
+  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  if isinstance(tc, str):
+    return b.skip(base, "torch", tc)
+  conv, tw = tc
+
+  def make():
+    from torch.func import grad, vmap
+
+    def loss(w, x, ct):
+      return (conv(x[None], w)[0].float() * ct.float()).sum()
+
+    return vmap(grad(loss), in_dims=(None, 0, 0)), b.data.torch_sets([tw, x_shape(case, "cf"),
+                                                                       torch_y_shape(case)], dt)
+
+  b.run_torch(base, "torch", make)
+
+
+OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex": op_per_example}
+
+
+def measure_ceilings(b: Bench, quick: bool):
+  gpu = jax.default_backend() != "cpu"
+  n_copy = (64 << 20 if quick else 256 << 20) if gpu else 8 << 20  # float32 elements
+  moved = 2 * n_copy * 4
+  base = dict(section="ceiling", case="copy", dtype="f32", layout="", bytes=moved)
+  sets = b.data.sets([(n_copy,)], jnp.float32)
+  copies = [b.run_jax(base, "copy", lambda x: jnp.copy(x), sets), b.run_jax(base, "x+1", lambda x: x + 1, sets)]
+  del sets
+  gbps = [r["gbps"] for r in copies if r.get("gbps")]
+  if gbps:
+    b.ceilings["copy_gbps"] = max(gbps)
+  m = (4096 if quick else 8192) if gpu else (512 if quick else 1024)
+  for name, dtype, prec in [("f32_highest", jnp.float32, HIGHEST), ("f32_default", jnp.float32, None),
+                            ("bf16", jnp.bfloat16, None)]:
+    base = dict(section="ceiling", case=f"gemm{m}", dtype=name, layout="", flops=2.0 * m**3)
+    sets = b.data.sets([(m, m), (m, m)], dtype)
+    r = b.run_jax(base, "gemm", lambda a, c, prec=prec: jnp.matmul(a, c, precision=prec), sets)
+    del sets
+    if r.get("tflops"):
+      b.ceilings[f"gemm_{name}_tflops"] = r["tflops"]
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def plan(args) -> list:
+  """(case, dtype, layout, op) in priority order: the suite channels-first,
+  then the extra cases, then the suite channels-last."""
+  ops = set()
+  for o in args.only.split(","):
+    ops |= {"conv": {"fwd", "bwd"}, "extra": {"extra"}}.get(o, {o})
+  cases = [shrink(c) if args.quick else c for c in SUITE + EXTRAS]
+  if args.cases:
+    names = args.cases.split(",")
+    cases = [c for c in cases if any(n in c.name for n in names)]
+  dtypes, layouts = args.dtypes.split(","), args.layouts.split(",")
+  out = []
+  for group, layout_pass in [("suite", "cf"), ("extra", None), ("suite", "cl")]:
+    for case in cases:
+      if case.group != group:
+        continue
+      case_ops = [o for o in case.ops if o in ops or (group == "extra" and "extra" in ops)]
+      for layout in case.layouts:
+        if layout in layouts and layout_pass in (None, layout):
+          out += [(case, dt, layout, op) for dt in case.dtypes if dt in dtypes for op in case_ops]
+  return out
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def geomean(values) -> float | None:
+  vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+  return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def fmt(v, digits=3) -> str:
+  if v is None:
+    return "-"
+  if isinstance(v, str):
+    return v
+  if v == 0:
+    return "0"
+  if abs(v) >= 100:
+    return f"{v:.0f}"
+  return f"{v:.{digits}f}" if abs(v) >= 10 ** -digits else f"{v:.2g}"
+
+
+def pivot(records) -> dict:
+  """(section, case, dtype, layout) -> {impl: record}, ordered by case (table order), layout, dtype."""
+  rows: dict = {}
+  for r in records:
+    if r["section"] == "ceiling":
+      continue
+    rows.setdefault((r["section"], r["case"], r["dtype"], r["layout"]), {})[r["impl"]] = r
+  rows = {k: row for k, row in rows.items() if any("ms" in r or "error" in r for r in row.values())}
+  order = {c.name: i for i, c in enumerate(SUITE + EXTRAS)}
+  rank = lambda k: (order.get(k[1], len(order)), k[1], k[3], list(DTYPES).index(k[2]) if k[2] in DTYPES else 9)
+  return dict(sorted(rows.items(), key=lambda kv: rank(kv[0])))
+
+
+def ms_of(row: dict, impl: str):
+  r = row.get(impl)
+  return r.get("ms") if r else None
+
+
+def cell_ms(row: dict, impl: str) -> str:
+  r = row.get(impl)
+  if r is None or "skip" in r:
+    return "-"
+  return "ERR" if "error" in r else fmt(r["ms"])
+
+
+def ratio(row: dict, a: str, b: str):
+  x, y = ms_of(row, a), ms_of(row, b)
+  return x / y if x and y else None
+
+
+def first(row: dict, key: str):
+  return next((r[key] for r in row.values() if r.get(key) is not None), None)
+
+
+# Per section: implementations shown (ms), ratio columns, and derived columns (name, value, digits).
+SECTIONS = {
+    "fwd": dict(title="Convolution forward (ms)", impls=["ours", "xla", "torch", "ours_hi", "xla_hi"],
+                ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch"),
+                        ("ours_hi/xla_hi", "ours_hi", "xla_hi")],
+                derived=[("ours TFLOP/s", lambda row, c: row.get("ours", {}).get("tflops"), 1),
+                         ("ours temp MB", lambda row, c: row.get("ours", {}).get("temp_mb"), 1),
+                         ("xla temp MB", lambda row, c: row.get("xla", {}).get("temp_mb"), 1)]),
+    "bwd": dict(title="Convolution backward: input + weight gradient (ms)", impls=["ours", "xla", "torch"],
+                ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
+                derived=[("ours TFLOP/s", lambda row, c: row.get("ours", {}).get("tflops"), 1),
+                         ("ours temp MB", lambda row, c: row.get("ours", {}).get("temp_mb"), 1),
+                         ("xla temp MB", lambda row, c: row.get("xla", {}).get("temp_mb"), 1)]),
+    "unfold": dict(title="Unfold / im2col (ms); xla = conv_general_dilated_patches", impls=["ours", "xla", "torch"],
+                   ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
+                   derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
+                            ("ours % copy BW", lambda row, c: pct_bw(row, c), 1)]),
+    "fold": dict(title="Fold / col2im (ms); xla = VJP of conv_general_dilated_patches", impls=["ours", "xla", "torch"],
+                 ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
+                 derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
+                          ("ours % copy BW", lambda row, c: pct_bw(row, c), 1)]),
+}
+
+
+def pct_bw(row: dict, ceilings: dict):
+  r = row.get("ours", {})
+  return 100 * r["gbps"] / ceilings["copy_gbps"] if r.get("gbps") and ceilings.get("copy_gbps") else None
+
+
+def md_table(header: list, rows: list) -> list:
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(r) + " |" for r in rows]
+  return lines
+
+
+def geomean_rows(keyed_rows: list, ratio_cols: list, n_lead: int, n_mid: int) -> list:
+  """Rows 'geomean (cf)', '(cl)', '(all)' over (key, row) pairs for the ratio columns."""
+  out = []
+  for label, keep in [("cf", lambda k: k[3] == "cf"), ("cl", lambda k: k[3] == "cl"), ("all", lambda k: True)]:
+    sel = [row for key, row in keyed_rows if keep(key)]
+    if not sel or (label == "all" and len({k[3] for k, _ in keyed_rows}) < 2):
+      continue
+    g = [fmt(geomean(ratio(row, a, b) for row in sel), 2) for _, a, b in ratio_cols]
+    out.append([f"**geomean ({label})**"] + [""] * (n_lead - 1) + [""] * n_mid + g)
+  return out
+
+
+def section_table(section: str, rows: dict, ceilings: dict, group: str = "suite") -> list:
+  spec = SECTIONS[section]
+  keyed = [(k, row) for k, row in rows.items() if k[0] == section and first(row, "group") == group]
+  if not keyed:
+    return []
+  header = ["shape", "dtype", "layout"] + spec["impls"] + [r[0] for r in spec["ratios"]] + [d[0] for d in spec["derived"]]
+  body = []
+  for (sec, case, dt, layout), row in keyed:
+    body.append([case, dt, layout] + [cell_ms(row, i) for i in spec["impls"]] +
+                [fmt(ratio(row, a, b), 2) for _, a, b in spec["ratios"]] +
+                [fmt(f(row, ceilings), digits) for _, f, digits in spec["derived"]])
+  geo = geomean_rows(keyed, spec["ratios"], 3, len(spec["impls"]))
+  geo = [g + [""] * len(spec["derived"]) for g in geo]
+  return [f"### {spec['title']}", ""] + md_table(header, body + geo) + [""]
+
+
+def extras_table(rows: dict) -> list:
+  keyed = [(k, row) for k, row in rows.items() if first(row, "group") == "extra"]
+  if not keyed:
+    return []
+  notes = {c.name: c.note for c in EXTRAS}
+  header = ["case", "op", "dtype", "layout", "ours", "xla", "torch", "ours/xla", "ours/torch", "note"]
+  body = [[case, sec, dt, layout, cell_ms(row, "ours"), cell_ms(row, "xla"), cell_ms(row, "torch"),
+           fmt(ratio(row, "ours", "xla"), 2), fmt(ratio(row, "ours", "torch"), 2), notes.get(case, "")]
+          for (sec, case, dt, layout), row in keyed]
+  return ["### Cases reported slow in XLA (ms)", ""] + md_table(header, body) + [""]
+
+
+SUMMARY_COLS = [("fwd/xla", "fwd"), ("fwd/torch", "fwd"), ("bwd/xla", "bwd"), ("bwd/torch", "bwd"),
+                ("unf/xla", "unfold"), ("unf/torch", "unfold"), ("fold/xla", "fold"), ("fold/torch", "fold")]
+
+
+def summary_table(rows: dict) -> list:
+  """One line per (shape, dtype, layout): ours over XLA and over torch for every op."""
+  combos: dict = {}
+  for (sec, case, dt, layout), row in rows.items():
+    if first(row, "group") == "suite":
+      combos.setdefault((None, case, dt, layout), {})[sec] = row
+  if not combos:
+    return []
+
+  def r(c, col):
+    name, sec = col
+    row = c.get(sec)
+    return ratio(row, "ours", name.split("/")[1]) if row else None
+
+  header = ["shape", "dtype", "layout", "fwd ours ms"] + [c[0] for c in SUMMARY_COLS]
+  body = [[case, dt, layout, cell_ms(c["fwd"], "ours") if "fwd" in c else "-"] +
+          [fmt(r(c, col), 2) for col in SUMMARY_COLS] for (_, case, dt, layout), c in combos.items()]
+  for label, keep in [("cf", "cf"), ("cl", "cl"), ("all", None)]:
+    sel = [c for k, c in combos.items() if keep is None or k[3] == keep]
+    if sel and not (keep is None and len({k[3] for k in combos}) < 2):
+      body.append([f"**geomean ({label})**", "", "", ""] + [fmt(geomean(r(c, col) for c in sel), 2)
+                                                             for col in SUMMARY_COLS])
+  return ["### Summary: ours / peer time (< 1: ours faster)", ""] + md_table(header, body) + [""]
+
+
+def ceilings_lines(b: Bench) -> list:
+  c = b.ceilings
+  parts = []
+  if c.get("copy_gbps"):
+    bw = c["copy_gbps"]
+    parts.append(f"copy {bw / 1e3:.2f} TB/s" if bw >= 1e3 else f"copy {bw:.1f} GB/s")
+  for k, label in [("gemm_f32_highest_tflops", "f32 HIGHEST"), ("gemm_f32_default_tflops", "f32 DEFAULT"),
+                   ("gemm_bf16_tflops", "bf16")]:
+    if c.get(k):
+      parts.append(f"GEMM {label} {c[k]:.1f} TFLOP/s")
+  return [f"Device ceilings: {', '.join(parts) or 'not measured'}.", ""]
+
+
+def notes_lines(records: list) -> list:
+  skips: dict = {}
+  errors = []
+  for r in records:
+    if "skip" in r:
+      skips[r["skip"]] = skips.get(r["skip"], 0) + 1
+    if "error" in r:
+      errors.append(f"- {r['section']} {r['case']} {r['dtype']} {r['layout']} {r['impl']}: `{r['error'][:300]}`")
+  lines = []
+  if skips:
+    lines += ["Skipped measurements: " + "; ".join(f"{k} ({v})" for k, v in skips.items()) + ".", ""]
+  if errors:
+    lines += [f"Errors ({len(errors)}):", ""] + errors[:40] + ([f"- ... {len(errors) - 40} more"] if len(errors) > 40 else []) + [""]
+  return lines
+
+
+def markdown(b: Bench, meta: dict) -> str:
+  rows = pivot(b.records)
+  lines = [f"## Benchmark: {meta['device']} ({meta['date']})", "",
+           f"jax {meta['versions'].get('jax')}, jaxlib {meta['versions'].get('jaxlib')}, "
+           f"torch {meta['versions'].get('torch')}, CUDA {meta.get('cuda') or '-'}"
+           f"{', --quick (shrunk shapes)' if b.args.quick else ''}. Median ms over repeats after warm-up; "
+           "ours/peer < 1 means jax_im2col is faster. `xla` is jit(lax...) at DEFAULT precision "
+           f"{'(TF32 for f32 on this GPU)' if meta['backend'] == 'gpu' else ''}, `_hi` at HIGHEST; torch "
+           f"{'runs cudnn.benchmark with TF32 allowed' if meta.get('torch_device') == 'cuda' else 'runs on the CPU, one thread'}. "
+           "Layout cf = channels-first (NC...), cl = channels-last (N...C; torch in channels_last memory format). "
+           "temp MB = XLA's temp_size_in_bytes (memory_analysis) of the compiled function.", ""]
+  lines += ceilings_lines(b)
+  if b.interrupted:
+    lines += [f"**Run interrupted ({b.interrupted}); tables are partial.**", ""]
+  lines += summary_table(rows)
+  for section in SECTIONS:
+    lines += section_table(section, rows, b.ceilings)
+  lines += extras_table(rows)
+  lines += notes_lines(b.records)
+  return "\n".join(lines)
+
+
+def plot(b: Bench, path: str):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  rows = pivot(b.records)
+  sections = [("fwd", "forward"), ("bwd", "backward"), ("unfold", "unfold"), ("fold", "fold")]
+  fig, axes = plt.subplots(2, 2, figsize=(16, 10))
+  for ax, (sec, title) in zip(axes.flat, sections):
+    keyed = [(k, row) for k, row in rows.items() if k[0] == sec and k[1] and ratio(row, "ours", "xla")]
+    cases = list(dict.fromkeys(k[1] for k, _ in keyed))
+    series = list(dict.fromkeys((k[2], k[3]) for k, _ in keyed))
+    if not keyed:
+      ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+      ax.set_title(f"{title}: ours / XLA")
+      continue
+    width = 0.8 / len(series)
+    for i, (dt, layout) in enumerate(series):
+      vals = [next((ratio(row, "ours", "xla") for k, row in keyed if k[1] == c and k[2:] == (dt, layout)), np.nan)
+              for c in cases]
+      ax.bar(np.arange(len(cases)) + (i - (len(series) - 1) / 2) * width, np.asarray(vals) - 1.0, width,
+             bottom=1.0, label=f"{dt} {layout}")  # bars grow from parity, down when ours is faster
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    g = geomean(ratio(row, "ours", "xla") for _, row in keyed if first(row, "group") == "suite")
+    ax.set_title(f"{title}: ours / XLA time (< 1: ours faster); suite geomean {fmt(g, 2)}")
+    n_suite = sum(1 for c in cases if c in {s.name for s in SUITE})
+    if 0 < n_suite < len(cases):
+      ax.axvline(n_suite - 0.5, color="gray", linestyle="--", linewidth=0.8)  # suite | extra cases
+    ax.set_xticks(np.arange(len(cases)))
+    ax.set_xticklabels(cases, rotation=35, ha="right", fontsize=8)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8, framealpha=0.6, ncols=len(series))
+  fig.suptitle(f"jax_im2col vs XLA on {device_name()}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+def device_name() -> str:
+  d = jax.devices()[0]
+  return f"{d.device_kind} ({d.platform})"
+
+
+def metadata(args) -> dict:
+  import importlib.metadata as im
+  versions = {}
+  for dist in im.distributions():
+    name = (dist.metadata["Name"] or "").lower()
+    if name.startswith(("jax", "torch", "nvidia-cudnn", "nvidia-cublas", "numpy")):
+      versions[name] = dist.version
+  meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              device=device_name(), backend=jax.default_backend(), host=platform.node(),
+              python=platform.python_version(), versions=versions, argv=sys.argv[1:],
+              jax_im2col_has_cuda=J.has_cuda(), ours_conv_available=OURS_CONV is not None,
+              xla_mem_fraction=os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"))
+  try:
+    meta["platform_version"] = jax.devices()[0].client.platform_version
+  except Exception:  # noqa: BLE001
+    pass
+  if torch is not None:
+    meta["torch_cuda"] = torch.version.cuda
+    meta["cuda"] = torch.version.cuda
+    try:
+      meta["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+      pass
+    meta["torch_device"] = str(TORCH_DEVICE)
+  try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                          "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    if smi.returncode == 0:
+      meta["nvidia_smi"] = smi.stdout.strip()
+  except Exception:  # noqa: BLE001
+    pass
+  return meta
+
+
+def write_outputs(b: Bench, meta: dict, final: bool):
+  os.makedirs(b.args.out, exist_ok=True)
+  blob = dict(meta=meta, config=dict(vars(b.args), timing=dataclasses.asdict(b.cfg)), ceilings=b.ceilings,
+              interrupted=b.interrupted, elapsed_s=b.elapsed(), records=b.records)
+  tmp = os.path.join(b.args.out, "bench.json.tmp")
+  with open(tmp, "w") as f:
+    json.dump(blob, f, indent=1, default=str)
+  os.replace(tmp, os.path.join(b.args.out, "bench.json"))
+  if not final:
+    return
+  md = markdown(b, meta)
+  with open(os.path.join(b.args.out, "bench.md"), "w") as f:
+    f.write(md + "\n")
+  try:
+    plot(b, os.path.join(b.args.out, "bench.png"))
+  except Exception as e:  # noqa: BLE001
+    b.log(f"plot failed: {type(e).__name__}: {e}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--out", required=True, help="output folder (bench.json, bench.md, bench.png)")
+  p.add_argument("--quick", action="store_true", help="shrunk shapes, small ceilings, short timings")
+  p.add_argument("--only", default="ceil,unfold,fold,fwd,bwd,extra",
+                 help="comma list of: ceil (copy + GEMM ceilings), unfold, fold, fwd, bwd, conv (= fwd,bwd), "
+                      "pex (per-example grads), extra (every extra case); fwd/bwd/conv also run the "
+                      "extra cases' fwd/bwd")
+  p.add_argument("--cases", default="", help="comma list of (substrings of) case names")
+  p.add_argument("--dtypes", default="f32,bf16")
+  p.add_argument("--layouts", default="cf,cl", help="cf = channels-first, cl = channels-last")
+  p.add_argument("--deadline-s", type=float, default=None,
+                 help="stop measuring after this many seconds (default: 200 on a GPU, none otherwise)")
+  p.add_argument("--budget-s", type=float, default=None, help="time budget of one measurement")
+  args = p.parse_args(argv)
+  if args.deadline_s is None and jax.default_backend() != "cpu" and not args.quick:
+    args.deadline_s = 200.0
+  return args
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  signal.signal(signal.SIGTERM, _on_sigterm)
+  cfg = TimingConfig(warmup=2, min_reps=5, max_reps=20, budget_s=0.05) if args.quick else TimingConfig()
+  if args.budget_s is not None:
+    cfg.budget_s = args.budget_s
+  setup_torch()
+  b = Bench(args, cfg)
+  meta = metadata(args)
+  b.log(f"device {meta['device']}; torch on {TORCH_DEVICE}; ours conv: {OURS_CONV is not None}")
+  try:
+    if "ceil" in args.only.split(","):
+      measure_ceilings(b, args.quick)
+    b.log(f"ceilings: {b.ceilings}")
+    todo, last_write = plan(args), time.perf_counter()
+    b.log(f"{len(todo)} (shape, dtype, layout, op) combinations planned")
+    for i, (case, dt, layout, op) in enumerate(todo):
+      if b.past_deadline():
+        for impl in ("ours", "xla", "torch"):
+          b.records.append(dict(base_fields(op, case, dt, layout), impl=impl, skip="deadline"))
+        continue
+      b.log(f"--- {i + 1}/{len(todo)} {op} {case.name} {dt} {layout}")
+      try:
+        OPS[op](b, case, dt, layout)
+      except Exception as e:  # noqa: BLE001  (input creation or shape errors)
+        b.add(base_fields(op, case, dt, layout), "setup", error=f"{type(e).__name__}: {e}"[:600])
+      if time.perf_counter() - last_write > 5:
+        write_outputs(b, meta, final=False)
+        last_write = time.perf_counter()
+  except (Stop, KeyboardInterrupt) as e:
+    b.interrupted = str(e) or type(e).__name__
+    b.log(f"interrupted: {b.interrupted}; writing partial results")
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  write_outputs(b, meta, final=True)
+  rows = pivot(b.records)
+  print("\n".join(ceilings_lines(b) + summary_table(rows) + extras_table(rows)))
+  n_err = sum("error" in r for r in b.records)
+  b.log(f"done: {len(b.records)} records, {n_err} errors; wrote {args.out}/bench.json, bench.md, bench.png")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
