@@ -139,6 +139,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
                        else jax.dtypes.canonicalize_dtype(preferred_element_type))
   if out_dtype not in (np.float16, np.float32, np.float64, jnp.bfloat16):
     raise TypeError(f"preferred_element_type must be a floating dtype, got {preferred_element_type!r}")
+  if out_dtype.itemsize < np.dtype(x.dtype).itemsize:
+    raise TypeError(f"preferred_element_type must not be narrower than the inputs' {x.dtype}, "
+                    f"got {out_dtype}")
   if out_dtype.itemsize > np.dtype(x.dtype).itemsize and not (
       np.dtype(x.dtype) in P._HALF and out_dtype == np.float32):
     x, w = x.astype(out_dtype), w.astype(out_dtype)  # e.g. float32 -> float64

@@ -192,6 +192,12 @@ def _batch_rule(prim):
 
   def rule(args, dims, *, spec, out_dtype, **extra):
     b = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    if b == 0:
+      unmapped = [jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1:],
+                                       a.dtype) for a, d in zip(args, dims)]
+      out = jax.eval_shape(lambda *v: prim.bind(*v, spec=spec, out_dtype=out_dtype, **extra),
+                           *unmapped)
+      return jnp.zeros((0, *out.shape), out.dtype), 0
     args = [_to_front(a, d) for a, d in zip(args, dims)]
     mapped = [d is not None for d in dims]
     filter_mapped = prim is conv_backward_filter_p or mapped[1]

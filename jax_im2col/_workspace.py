@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 
+import jax
 import numpy as np
 
 DEFAULT_WORKSPACE_LIMIT = 256 << 20
@@ -21,7 +22,7 @@ _ENV = "JAX_IM2COL_WORKSPACE_LIMIT"
 BLAS_WORKSPACE_BYTES = 32 << 20
 _ALIGN = 256
 
-_limit: int | None = None
+_limit = jax.make_user_context(default_value=None)
 
 
 def _check(nbytes) -> int:
@@ -32,27 +33,22 @@ def _check(nbytes) -> int:
 
 def get_workspace_limit() -> int:
   """Bytes of columns one convolution call may hold at once."""
-  if _limit is not None:
-    return _limit
+  if _limit.value is not None:
+    return _limit.value
   env = os.environ.get(_ENV)
   return _check(int(env)) if env else DEFAULT_WORKSPACE_LIMIT
 
 
 def set_workspace_limit(nbytes: int | None) -> None:
   """Sets the cap for convolutions traced from now on (None: the default)."""
-  global _limit
-  _limit = None if nbytes is None else _check(nbytes)
+  _limit.set_global(None if nbytes is None else _check(nbytes))
 
 
 @contextlib.contextmanager
 def workspace_limit(nbytes: int):
   """Context manager form of :func:`set_workspace_limit`."""
-  global _limit
-  previous, _limit = _limit, _check(nbytes)
-  try:
+  with _limit(_check(nbytes)):
     yield
-  finally:
-    _limit = previous
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,739 @@
+"""Forward checks of jax_im2col.conv_general_dilated against jax.lax.
+
+The oracle is always ``jax.lax.conv_general_dilated`` called with the same
+arguments (half types: lax in float32 on the same rounded inputs).
+"""
+
+import math
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from jax import lax
+
+import jax_im2col
+from conftest import PLATFORMS, on_platform
+
+conv = jax_im2col.conv_general_dilated
+HIGHEST = lax.Precision.HIGHEST
+
+# --- helpers -------------------------------------------------------------------
+
+SPATIAL_LETTERS = {1: "W", 2: "HW", 3: "DHW"}
+LAYOUTS = ("default", "cf", "cl", "mixed", "mixed2", "weird", "random")
+
+
+def layout_specs(kind, nd, draw=None):
+  """dimension_numbers for `kind` and `nd` spatial dimensions."""
+  sp = SPATIAL_LETTERS[nd]
+  if kind == "default":
+    return None
+  if kind == "cf":
+    return ("NC" + sp, "OI" + sp, "NC" + sp)
+  if kind == "cl":
+    return ("N" + sp + "C", sp + "IO", "N" + sp + "C")
+  if kind == "mixed":
+    return ("N" + sp + "C", "OI" + sp, "NC" + sp)
+  if kind == "mixed2":
+    return ("NC" + sp, sp + "IO", "N" + sp + "C")
+  if kind == "weird":  # 2-D: ('CHWN', 'IOWH', 'HNCW')
+    return ("C" + sp + "N", "IO" + sp[::-1], sp[0] + "NC" + sp[1:])
+  assert kind == "random"
+  perm = lambda letters: "".join(draw(st.permutations(letters)))
+  return (perm("NC" + sp), perm("OI" + sp), perm("NC" + sp))
+
+
+def place(axes, canonical):
+  """The shape whose axis axes[i] has size canonical[i]."""
+  shape = [0] * len(canonical)
+  for axis, size in zip(axes, canonical):
+    shape[axis] = size
+  return tuple(shape)
+
+
+def dilated(n, d):
+  return 0 if n <= 0 else (n - 1) * d + 1
+
+
+def rel_err(actual, expected):
+  a = np.asarray(actual).astype(np.float64)
+  b = np.asarray(expected).astype(np.float64)
+  num, den = np.linalg.norm(a - b), np.linalg.norm(b)
+  if den == 0:
+    return 0.0 if num == 0 else math.inf
+  return num / den
+
+
+def assert_close(actual, expected, tol, dtype=None):
+  assert actual.shape == expected.shape, (actual.shape, expected.shape)
+  assert actual.dtype == (expected.dtype if dtype is None else dtype), (actual.dtype, expected.dtype)
+  assert np.all(np.isfinite(np.asarray(actual).astype(np.float64)))
+  err = rel_err(actual, expected)
+  assert err <= tol, f"relative error {err:.3g} > {tol:.3g}"
+
+
+TOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5,
+       np.dtype(jnp.bfloat16): 2e-2, np.dtype(np.float16): 2e-2}
+
+
+@st.composite
+def conv_configs(draw, ranks=(1, 2, 3), groups=("none", "feature", "depthwise", "batch"),
+                 layouts=LAYOUTS):
+  """A random lax-valid convolution: keyword arguments and operand shapes."""
+  nd = draw(st.sampled_from(ranks))
+  specs = layout_specs(draw(st.sampled_from(layouts)), nd, draw)
+  kind = draw(st.sampled_from(groups))
+  fgc = bgc = 1
+  if kind == "none":
+    c = cg = draw(st.integers(1, 4))
+    o = draw(st.integers(1, 4))
+  elif kind == "feature":
+    fgc, cg = draw(st.integers(2, 3)), draw(st.integers(1, 2))
+    c, o = fgc * cg, fgc * draw(st.integers(1, 2))
+  elif kind == "depthwise":  # groups == C, with a channel multiplier
+    c = fgc = draw(st.integers(1, 6))
+    cg, o = 1, c * draw(st.integers(1, 2))
+  else:
+    bgc = draw(st.integers(2, 3))
+    c = cg = draw(st.integers(1, 3))
+    o = bgc * draw(st.integers(1, 2))
+  n = bgc * draw(st.integers(1, 2)) if bgc > 1 else draw(st.integers(1, 3))
+  max_size, max_k = (8, 4) if nd < 3 else (5, 3)
+  spatial = draw(st.tuples(*[st.integers(1, max_size)] * nd))
+  kernel = draw(st.tuples(*[st.integers(1, max_k)] * nd))
+  small = st.tuples(*[st.integers(1, 3)] * nd)
+  strides, lhs_dil, rhs_dil = draw(small), draw(small), draw(small)
+  padding = draw(st.one_of(st.sampled_from(["SAME", "SAME_LOWER", "VALID"]),
+                           st.tuples(*[st.tuples(st.integers(-2, 3), st.integers(-2, 3))] * nd)))
+  if isinstance(padding, str):  # lax defines string padding only without lhs dilation
+    lhs_dil = (1,) * nd
+  else:  # lax rejects a padded size below zero
+    padding = tuple((lo, max(hi, -dilated(s, l) - lo))
+                    for (lo, hi), s, l in zip(padding, spatial, lhs_dil))
+  dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
+  return dict(
+      lhs_shape=place(dn.lhs_spec, (n, c, *spatial)),
+      rhs_shape=place(dn.rhs_spec, (o, cg, *kernel)),
+      kwargs=dict(window_strides=strides, padding=padding, lhs_dilation=lhs_dil,
+                  rhs_dilation=rhs_dil, dimension_numbers=specs,
+                  feature_group_count=fgc, batch_group_count=bgc))
+
+
+def operands(cfg, seed, dtype=np.float64):
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(cfg["lhs_shape"]).astype(np.float32)
+  w = rng.standard_normal(cfg["rhs_shape"]).astype(np.float32)
+  return jnp.asarray(x, dtype), jnp.asarray(w, dtype)
+
+
+def check_against_lax(cfg, seed, dtype, precision=None):
+  x, w = operands(cfg, seed, dtype)
+  ours = conv(x, w, precision=precision, **cfg["kwargs"])
+  if np.dtype(dtype) in (np.dtype(jnp.bfloat16), np.dtype(np.float16)):
+    ref = lax.conv_general_dilated(x.astype(np.float32), w.astype(np.float32),
+                                   precision=HIGHEST, **cfg["kwargs"])
+    assert_close(ours, ref, TOL[np.dtype(dtype)], dtype=np.dtype(dtype))
+  else:
+    ref = lax.conv_general_dilated(x, w, precision=precision, **cfg["kwargs"])
+    assert_close(ours, ref, TOL[np.dtype(dtype)])
+
+
+# --- 1. random configurations ----------------------------------------------------
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@settings(max_examples=80, deadline=None)
+@given(cfg=conv_configs(), seed=st.integers(0, 2**31 - 1))
+def test_random_configs_float64(platform, cfg, seed):
+  with on_platform(platform):
+    check_against_lax(cfg, seed, np.float64)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@settings(max_examples=15, deadline=None)
+@given(cfg=conv_configs(), seed=st.integers(0, 2**31 - 1))
+def test_random_configs_float32_highest(platform, cfg, seed):
+  with on_platform(platform):
+    check_against_lax(cfg, seed, np.float32, precision=HIGHEST)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=["bfloat16", "float16"])
+@settings(max_examples=8, deadline=None)
+@given(cfg=conv_configs(ranks=(1, 2)), seed=st.integers(0, 2**31 - 1))
+def test_random_configs_half(platform, dtype, cfg, seed):
+  with on_platform(platform):
+    check_against_lax(cfg, seed, dtype)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("layout", LAYOUTS[:-1])
+def test_every_layout_every_rank(platform, nd, layout):
+  """Each fixed layout at each rank, with groups, strides, dilations and padding."""
+  specs = layout_specs(layout, nd)
+  dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
+  spatial, kernel = (7, 6, 5)[:nd], (3, 2, 2)[:nd]
+  cfg = dict(lhs_shape=place(dn.lhs_spec, (2, 4, *spatial)),
+             rhs_shape=place(dn.rhs_spec, (6, 2, *kernel)),
+             kwargs=dict(window_strides=(2, 1, 1)[:nd], padding=((1, 2), (0, 1), (-1, 1))[:nd],
+                         lhs_dilation=(1, 2, 1)[:nd], rhs_dilation=(2, 1, 1)[:nd],
+                         dimension_numbers=specs, feature_group_count=2))
+  with on_platform(platform):
+    check_against_lax(cfg, 0, np.float64)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("padding", ["SAME", "SAME_LOWER", "VALID"])
+def test_string_paddings(platform, padding):
+  """String paddings where the total padding is odd (SAME and SAME_LOWER then
+  differ) and where the stride leaves a remainder, per dimension."""
+  # (H, W) spatial, (kH, kW) kernel, strides, rhs dilation
+  cases = [((7, 8), (2, 4), (1, 1), (1, 1)), ((8, 7), (3, 2), (2, 3), (2, 1)),
+           ((5, 9), (4, 3), (3, 2), (1, 3))]
+  with on_platform(platform):
+    for spatial, kernel, strides, rhs_dil in cases:
+      cfg = dict(lhs_shape=(2, 3, *spatial), rhs_shape=(4, 3, *kernel),
+                 kwargs=dict(window_strides=strides, padding=padding, rhs_dilation=rhs_dil))
+      check_against_lax(cfg, 5, np.float64)
+
+
+# --- 2. precision and preferred_element_type ----------------------------------------
+
+BASIC = dict(window_strides=(1, 2), padding="SAME", rhs_dilation=(2, 1), feature_group_count=2)
+
+
+def basic_operands(dtype, seed=0):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.standard_normal((2, 4, 7, 9)).astype(np.float32), dtype)
+  w = jnp.asarray(rng.standard_normal((6, 2, 3, 2)).astype(np.float32), dtype)
+  return x, w
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("precision", [
+    HIGHEST, "highest", ("highest", "default"), ("highest", "highest"), "float32",
+    (HIGHEST, HIGHEST), lax.Precision.HIGH,
+], ids=str)
+def test_precision_forms_float32(platform, precision):
+  with on_platform(platform):
+    x, w = basic_operands(np.float32)
+    ours = conv(x, w, precision=precision, **BASIC)
+    ref = lax.conv_general_dilated(x, w, precision=HIGHEST, **BASIC)
+    assert_close(ours, ref, 1e-5)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("precision", [None, lax.Precision.DEFAULT, "default", "fastest",
+                                       "bfloat16", "tensorfloat32"], ids=str)
+def test_precision_default_forms(platform, precision):
+  # DEFAULT may use TF32 on a GPU (10-bit mantissa): ~1e-3 relative there.
+  tol = 1e-5 if platform == "cpu" else 5e-3
+  with on_platform(platform):
+    x, w = basic_operands(np.float32)
+    ours = conv(x, w, precision=precision, **BASIC)
+    ref = lax.conv_general_dilated(x, w, precision=HIGHEST, **BASIC)
+    assert_close(ours, ref, tol)
+
+
+@pytest.mark.parametrize("precision", ["bogus", "HIGHEST_PLUS", 3, ("highest",),
+                                       ("highest", "default", "default"), ("highest", "nope")],
+                         ids=str)
+def test_invalid_precision_raises(precision):
+  x, w = basic_operands(np.float32)
+  with pytest.raises(ValueError, match="precision"):
+    conv(x, w, precision=precision, **BASIC)
+
+
+def _cuda_text(fn, *args):
+  return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("precision,level", [
+    (None, 0), (lax.Precision.DEFAULT, 0), ("tensorfloat32", 0), ("bfloat16", 0),
+    (HIGHEST, 1), ("highest", 1), ("float32", 1), (lax.Precision.HIGH, 1),
+    (("highest", "default"), 1), (("default", "highest"), 1), (("default", "default"), 0),
+], ids=str)
+def test_precision_reaches_the_cuda_kernels(precision, level):
+  """The requested precision is what the CUDA calls of the forward and both
+  gradients get (DEFAULT would let cuBLAS use TF32)."""
+  x, w = basic_operands(np.float32)
+  loss = lambda x, w: jnp.sum(conv(x, w, precision=precision, **BASIC) ** 2)
+  text = _cuda_text(jax.value_and_grad(loss, (0, 1)), x, w)
+  calls = [l for l in text.splitlines() if "stablehlo.custom_call @jax_im2col_conv" in l]
+  assert len(calls) == 3
+  assert all(f"precision = {level} : i64" in l for l in calls), calls
+
+
+def test_default_matmul_precision_config_is_honoured():
+  x, w = basic_operands(np.float32)
+  f = lambda x, w: conv(x, w, **BASIC)
+  with jax.default_matmul_precision("float32"):
+    assert "precision = 1 : i64" in _cuda_text(f, x, w)
+  assert "precision = 0 : i64" in _cuda_text(f, x, w)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16], ids=["bfloat16", "float16"])
+def test_preferred_element_type_half_to_float32(platform, dtype):
+  with on_platform(platform):
+    x, w = basic_operands(dtype)
+    ours = conv(x, w, preferred_element_type=np.float32, **BASIC)
+    lax_out = lax.conv_general_dilated(x, w, preferred_element_type=np.float32, **BASIC)
+    assert ours.dtype == lax_out.dtype == np.float32
+    # Products of half values are exact in float32: only the float32 sum rounds.
+    ref = lax.conv_general_dilated(x.astype(np.float32), w.astype(np.float32), precision=HIGHEST,
+                                   **BASIC)
+    assert_close(ours, ref, 1e-5)
+    # Without preferred_element_type the result is rounded to the half type.
+    plain = conv(x, w, **BASIC)
+    assert plain.dtype == np.dtype(dtype)
+    assert_close(plain, ref, 2e-2, dtype=np.dtype(dtype))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype,preferred", [
+    (np.float32, np.float32), (np.float32, np.float64), (np.float64, np.float64),
+    (jnp.bfloat16, jnp.bfloat16), (np.float16, np.float16), (jnp.bfloat16, np.float64),
+], ids=str)
+def test_preferred_element_type_same_or_wider(platform, dtype, preferred):
+  """Semantics as in jax's testConvPreferredElement: the conv of the inputs
+  upcast to the preferred type."""
+  with on_platform(platform):
+    x, w = basic_operands(dtype)
+    ours = conv(x, w, preferred_element_type=preferred, precision=HIGHEST, **BASIC)
+    lax_out = lax.conv_general_dilated(x, w, preferred_element_type=preferred, precision=HIGHEST,
+                                       **BASIC)
+    assert ours.dtype == lax_out.dtype == np.dtype(preferred)
+    if np.dtype(preferred).itemsize == 2:  # rounded to the half type: lax in float32
+      ref = lax.conv_general_dilated(x.astype(np.float32), w.astype(np.float32),
+                                     precision=HIGHEST, **BASIC)
+      tol = 2e-2
+    else:
+      ref = lax.conv_general_dilated(x.astype(preferred), w.astype(preferred), precision=HIGHEST,
+                                     **BASIC)
+      tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}[np.dtype(preferred)]
+    assert_close(ours, ref, tol, dtype=np.dtype(preferred))
+
+
+# --- 6. jit, empty batches and empty outputs ---------------------------------------
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("specs", [None, ("NHWC", "HWIO", "NHWC"), ("CHWN", "IOWH", "HNCW")],
+                         ids=str)
+def test_jit_equals_eager(platform, specs):
+  dn = lax.conv_dimension_numbers((1,) * 4, (1,) * 4, specs)
+  cfg_kwargs = dict(window_strides=(2, 1), padding=((1, 0), (2, -1)), lhs_dilation=(1, 2),
+                    rhs_dilation=(1, 2), dimension_numbers=specs, feature_group_count=3)
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal(place(dn.lhs_spec, (3, 6, 8, 5))))
+  w = jnp.asarray(rng.standard_normal(place(dn.rhs_spec, (6, 2, 3, 3))))
+  with on_platform(platform):
+    eager = conv(x, w, **cfg_kwargs)
+    jitted = jax.jit(lambda x, w: conv(x, w, **cfg_kwargs))(x, w)
+    assert jitted.shape == eager.shape and jitted.dtype == eager.dtype
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-13, atol=1e-13)
+    assert_close(eager, lax.conv_general_dilated(x, w, **cfg_kwargs), 1e-10)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("specs", [None, ("NHWC", "HWIO", "NHWC"), ("NHWC", "OIHW", "NCHW")],
+                         ids=str)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_zero_batch(platform, specs, jit):
+  dn = lax.conv_dimension_numbers((1,) * 4, (1,) * 4, specs)
+  x = jnp.zeros(place(dn.lhs_spec, (0, 4, 6, 5)))
+  w = jnp.ones(place(dn.rhs_spec, (6, 2, 3, 2)))
+  kw = dict(window_strides=(1, 2), padding="SAME", dimension_numbers=specs,
+            feature_group_count=2)
+  f = lambda x, w: conv(x, w, **kw)
+  with on_platform(platform):
+    out = (jax.jit(f) if jit else f)(x, w)
+    ref = lax.conv_general_dilated(x, w, **kw)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert 0 in out.shape
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_zero_input_channels_give_zeros(platform):
+  """C = 0: every output is an empty sum, zero (as lax)."""
+  x = jnp.ones((2, 0, 5, 4))
+  w = jnp.ones((3, 0, 2, 2))
+  with on_platform(platform):
+    out = conv(x, w, (1, 1), "VALID")
+    ref = lax.conv_general_dilated(x, w, (1, 1), "VALID")
+    assert out.shape == ref.shape == (2, 3, 4, 3)
+    np.testing.assert_array_equal(np.asarray(out), 0.0)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 3, 2, 5), w=(4, 3, 4, 2), pad="VALID", rhs_dil=(1, 1)),
+    dict(x=(2, 3, 3, 5), w=(4, 3, 2, 2), pad="VALID", rhs_dil=(3, 1)),
+    dict(x=(2, 3, 4, 5), w=(4, 3, 2, 2), pad=((-2, -1), (0, 0)), rhs_dil=(1, 1)),
+    dict(x=(2, 3, 0, 5), w=(4, 3, 1, 2), pad="VALID", rhs_dil=(1, 1)),
+], ids=["kernel", "dilated-kernel", "negative-padding", "empty-input"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_empty_output_spatial(platform, case, jit):
+  x = jnp.ones(case["x"])
+  w = jnp.ones(case["w"])
+  f = lambda x, w: conv(x, w, (1, 1), case["pad"], rhs_dilation=case["rhs_dil"])
+  with on_platform(platform):
+    out = (jax.jit(f) if jit else f)(x, w)
+    ref = lax.conv_general_dilated(x, w, (1, 1), case["pad"], rhs_dilation=case["rhs_dil"])
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert out.shape[2] == 0
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_empty_input_with_padding_gives_zeros(platform):
+  """A 0-size spatial input padded to a non-empty one: the output is all zeros."""
+  x = jnp.ones((2, 3, 0, 5))
+  w = jnp.ones((4, 3, 2, 2))
+  kw = dict(window_strides=(1, 1), padding=((2, 1), (0, 0)))
+  with on_platform(platform):
+    out = conv(x, w, **kw)
+    ref = lax.conv_general_dilated(x, w, **kw)
+    assert out.shape == ref.shape == (2, 4, 2, 4)
+    np.testing.assert_array_equal(np.asarray(out), 0.0)
+
+
+# --- 7. workspace cap ---------------------------------------------------------------
+
+def test_default_workspace_limit(monkeypatch):
+  monkeypatch.delenv("JAX_IM2COL_WORKSPACE_LIMIT", raising=False)
+  assert jax_im2col.get_workspace_limit() == jax_im2col.DEFAULT_WORKSPACE_LIMIT
+  with jax_im2col.workspace_limit(4096):
+    assert jax_im2col.get_workspace_limit() == 4096
+    with jax_im2col.workspace_limit(1 << 20):
+      assert jax_im2col.get_workspace_limit() == 1 << 20
+    assert jax_im2col.get_workspace_limit() == 4096
+  assert jax_im2col.get_workspace_limit() == jax_im2col.DEFAULT_WORKSPACE_LIMIT
+  with pytest.raises(RuntimeError):
+    with jax_im2col.workspace_limit(123):
+      raise RuntimeError
+  assert jax_im2col.get_workspace_limit() == jax_im2col.DEFAULT_WORKSPACE_LIMIT
+  try:
+    jax_im2col.set_workspace_limit(8192)
+    assert jax_im2col.get_workspace_limit() == 8192
+  finally:
+    jax_im2col.set_workspace_limit(None)
+  assert jax_im2col.get_workspace_limit() == jax_im2col.DEFAULT_WORKSPACE_LIMIT
+  monkeypatch.setenv("JAX_IM2COL_WORKSPACE_LIMIT", "65536")
+  assert jax_im2col.get_workspace_limit() == 65536
+  with jax_im2col.workspace_limit(1024):
+    assert jax_im2col.get_workspace_limit() == 1024
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", 1.5, True, None])
+def test_invalid_workspace_limit(bad):
+  if bad is not None:
+    with pytest.raises(ValueError, match="workspace limit"):
+      jax_im2col.set_workspace_limit(bad)
+  with pytest.raises(ValueError, match="workspace limit"):
+    with jax_im2col.workspace_limit(bad):
+      pass
+  assert jax_im2col.get_workspace_limit() == jax_im2col.DEFAULT_WORKSPACE_LIMIT
+
+
+def _chunk_attrs(text, target):
+  lines = [l for l in text.splitlines() if f"stablehlo.custom_call @{target}(" in l]
+  assert len(lines) == 1, lines
+  get = lambda key: int(lines[0].split(f"{key} = ")[1].split(" ")[0])
+  return get("chunk_images"), get("chunk_positions")
+
+
+WS_CASES = {
+    # N images of which a few fit under the cap: chunks over images, the last
+    # one partial.
+    "images": dict(x=(5, 3, 6, 7), w=(4, 3, 3, 2), pad="SAME", strides=(1, 1), specs=None,
+                   groups=1),
+    # One big image whose columns exceed the cap: chunks over output positions
+    # on CUDA (one image at a time elsewhere).
+    "positions": dict(x=(2, 40, 37, 3), w=(3, 3, 3, 6), pad=((1, 2), (0, 1)), strides=(1, 2),
+                      specs=("NHWC", "HWIO", "NHWC"), groups=1),
+    "grouped": dict(x=(3, 6, 20, 21), w=(9, 2, 3, 3), pad="SAME", strides=(2, 1), specs=None,
+                    groups=3),
+}
+
+
+def _ws_args(case, seed=0):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.standard_normal(case["x"]))
+  w = jnp.asarray(rng.standard_normal(case["w"]))
+  kw = dict(window_strides=case["strides"], padding=case["pad"],
+            dimension_numbers=case["specs"], feature_group_count=case["groups"])
+  return x, w, kw
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", list(WS_CASES))
+@pytest.mark.parametrize("limit", [2048, 20000])
+def test_workspace_limit_matches_lax(platform, name, limit):
+  x, w, kw = _ws_args(WS_CASES[name])
+  y_ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
+  ct = jnp.asarray(np.random.default_rng(7).standard_normal(y_ref.shape))
+  dx_ref, dw_ref = vjp_ref(ct)
+  with on_platform(platform), jax_im2col.workspace_limit(limit):
+    y, vjp = jax.vjp(lambda x, w: conv(x, w, **kw), x, w)
+    dx, dw = vjp(ct)
+    assert_close(y, y_ref, 1e-10)
+    assert_close(dx, dx_ref, 1e-10)
+    assert_close(dw, dw_ref, 1e-10)
+    def fwd_bwd(x, w):
+      y, vjp = jax.vjp(lambda x, w: conv(x, w, **kw), x, w)
+      return y, vjp(ct)
+
+    jy, (jdx, jdw) = jax.jit(fwd_bwd)(x, w)
+    assert_close(jy, y_ref, 1e-10)
+    assert_close(jdx, dx_ref, 1e-10)
+    assert_close(jdw, dw_ref, 1e-10)
+
+
+def test_workspace_limit_forces_chunking_in_the_lowering():
+  """The cap reaches the lowering: CPU code loops over image chunks, the CUDA
+  calls get chunk sizes whose columns fit under the cap. (Each block traces
+  fresh functions: see test_changing_the_cap_retraces_jitted_functions.)"""
+  case = WS_CASES["images"]
+  x, w, kw = _ws_args(case)
+
+  def value_and_grad():
+    loss = lambda x, w: jnp.sum(conv(x, w, **kw) ** 2)
+    return jax.value_and_grad(loss, (0, 1))
+
+  assert "while" not in jax.jit(value_and_grad()).lower(x, w).as_text()
+  text = _cuda_text(value_and_grad(), x, w)
+  for target in ("jax_im2col_conv_forward", "jax_im2col_conv_backward_data",
+                 "jax_im2col_conv_backward_filter"):
+    assert _chunk_attrs(text, target) == (5, 42)  # all images, all positions
+  # Columns of one image: C * K * positions * 8 bytes = 3 * 6 * 42 * 8 = 6048.
+  with jax_im2col.workspace_limit(2 * 6048 + 100):
+    assert "while" in jax.jit(value_and_grad()).lower(x, w).as_text()
+    text = _cuda_text(value_and_grad(), x, w)
+    assert _chunk_attrs(text, "jax_im2col_conv_forward") == (2, 42)
+
+  x, w, kw = _ws_args(WS_CASES["positions"])
+  out_shape = conv(x, w, **kw).shape
+  assert out_shape == lax.conv_general_dilated(x, w, **kw).shape == (2, 41, 18, 6)
+  positions = 41 * 18
+  with jax_im2col.workspace_limit(2048):
+    images, chunk = _chunk_attrs(_cuda_text(lambda x, w: conv(x, w, **kw), x, w),
+                                 "jax_im2col_conv_forward")
+    assert images == 1
+    # Each position's columns: C * K * 8 = 3 * 9 * 8 = 216 bytes.
+    assert 1 <= chunk < positions and chunk * 216 <= 2048
+  images, chunk = _chunk_attrs(_cuda_text(lambda x, w: conv(x, w, **kw), x, w),
+                               "jax_im2col_conv_forward")
+  assert (images, chunk) == (2, positions)
+
+
+def test_changing_the_cap_retraces_jitted_functions():
+  """_workspace.py: 'The cap is read at trace time and becomes part of the
+  traced computation, so changing it retraces.'"""
+  x, w, kw = _ws_args(WS_CASES["images"])
+
+  def f(x, w):
+    return conv(x, w, **kw)
+
+  assert "while" not in jax.jit(f).lower(x, w).as_text()
+  with jax_im2col.workspace_limit(2048):
+    assert "while" in jax.jit(lambda x, w: f(x, w)).lower(x, w).as_text()  # fresh: capped
+    assert "while" in jax.jit(f).lower(x, w).as_text()  # same function: the old cap
+
+
+# --- 8. errors ----------------------------------------------------------------------
+
+def _err_args(dtype=np.float32):
+  return jnp.ones((2, 4, 6, 6), dtype), jnp.ones((6, 2, 3, 3), dtype)
+
+
+@pytest.mark.parametrize("args,kwargs,exc,match", [
+    # feature groups: C must equal groups * I
+    (((2, 4, 6, 6), (6, 3, 3, 3)), dict(feature_group_count=2), ValueError, "feature_group_count"),
+    (((2, 4, 6, 6), (6, 3, 3, 3)), dict(feature_group_count=1), ValueError, "feature_group_count"),
+    (((2, 5, 6, 6), (6, 2, 3, 3)), dict(feature_group_count=2), ValueError, "feature_group_count"),
+    # O not divisible by feature_group_count
+    (((2, 4, 6, 6), (5, 2, 3, 3)), dict(feature_group_count=2), ValueError, "feature_group_count"),
+    (((2, 4, 6, 6), (6, 2, 3, 3)), dict(feature_group_count=0), ValueError, "feature_group_count"),
+    (((2, 4, 6, 6), (6, 2, 3, 3)), dict(feature_group_count=-2), ValueError,
+     "feature_group_count"),
+    # both group counts
+    (((4, 4, 6, 6), (4, 2, 3, 3)), dict(feature_group_count=2, batch_group_count=2), ValueError,
+     "batch_group_count"),
+    # batch groups must divide N and O
+    (((3, 4, 6, 6), (6, 4, 3, 3)), dict(batch_group_count=2), ValueError, "batch_group_count"),
+    (((4, 4, 6, 6), (5, 4, 3, 3)), dict(batch_group_count=2), ValueError, "batch_group_count"),
+    (((4, 4, 6, 6), (6, 4, 3, 3)), dict(batch_group_count=0), ValueError, "batch_group_count"),
+    # non-positive strides and dilations
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(window_strides=(0, 1)), ValueError, "window_strides"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(window_strides=(1, -1)), ValueError, "window_strides"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(lhs_dilation=(1, 0)), ValueError, "lhs_dilation"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(rhs_dilation=(0, 1)), ValueError, "rhs_dilation"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(rhs_dilation=-1), ValueError, "rhs_dilation"),
+    # wrong number of window entries
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(window_strides=(1, 1, 1)), ValueError, "window_strides"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(rhs_dilation=(1,)), ValueError, "rhs_dilation"),
+    # padding
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding="FULL"), ValueError, "padding"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding=((1, 1),)), ValueError, "padding"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding=((1, 1), (1, 1), (1, 1))), ValueError, "padding"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding="SAME", lhs_dilation=(1, 2)), ValueError,
+     "padding"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding="VALID", lhs_dilation=2), ValueError, "padding"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(padding=((-4, -3), (0, 0))), ValueError, "padding"),
+    # a preferred_element_type narrower than the inputs, as lax
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(preferred_element_type=jnp.bfloat16), TypeError,
+     "preferred_element_type"),
+    # ranks
+    (((2, 4, 6, 6), (6, 4, 3)), {}, ValueError, "rank"),
+    (((2, 4, 6), (6, 4, 3, 3)), {}, ValueError, "rank"),
+    (((2, 4), (6, 4)), dict(window_strides=(), padding=()), ValueError, "rank"),
+    (((2, 4, 3, 3, 3, 3), (6, 4, 1, 1, 1, 1)), dict(window_strides=(1,) * 4, padding="VALID"),
+     ValueError, "rank"),
+    # dimension_numbers
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(dimension_numbers=("NCHW", "OIHW")), ValueError,
+     "dimension_numbers"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(dimension_numbers=("NCH", "OIHW", "NCHW")), ValueError,
+     "dimension_numbers"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(dimension_numbers=("NCHX", "OIHW", "NCHW")), ValueError,
+     "dimension_numbers"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(dimension_numbers=("NCHH", "OIHW", "NCHW")), ValueError,
+     "dimension_numbers"),
+    (((2, 4, 6, 6), (6, 4, 3, 3)), dict(dimension_numbers="NCHW"), ValueError,
+     "dimension_numbers"),
+], ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_argument_errors(args, kwargs, exc, match):
+  lhs_shape, rhs_shape = args
+  kw = dict(window_strides=(1,) * (len(lhs_shape) - 2), padding="SAME")
+  kw.update(kwargs)
+  x, w = jnp.ones(lhs_shape, np.float32), jnp.ones(rhs_shape, np.float32)
+  with pytest.raises(exc, match=match):
+    conv(x, w, **kw)
+  with pytest.raises(exc, match=match):  # the same under jit (shapes are static)
+    jax.jit(lambda x, w: conv(x, w, **kw))(x, w)
+
+
+@pytest.mark.parametrize("ldt,rdt,match", [
+    (np.int32, np.int32, "lhs"), (np.float32, np.int32, "rhs"), (np.int8, np.float32, "lhs"),
+    (np.bool_, np.bool_, "lhs"), (np.complex64, np.complex64, "lhs"),
+    (np.float32, np.float64, "same dtype"), (jnp.bfloat16, np.float16, "same dtype"),
+    (np.float16, np.float32, "same dtype"),
+], ids=str)
+def test_dtype_errors(ldt, rdt, match):
+  x, w = jnp.ones((2, 4, 6, 6), ldt), jnp.ones((6, 4, 3, 3), rdt)
+  with pytest.raises(TypeError, match=match):
+    conv(x, w, (1, 1), "SAME")
+
+
+def test_non_float_preferred_element_type_raises():
+  x, w = _err_args()
+  with pytest.raises(TypeError, match="preferred_element_type"):
+    conv(x, w, (1, 1), "SAME", feature_group_count=2, preferred_element_type=np.int32)
+
+
+def test_signature_matches_lax():
+  import inspect
+  ours = inspect.signature(conv)
+  theirs = inspect.signature(lax.conv_general_dilated)
+  assert list(ours.parameters) == list(theirs.parameters)
+  for name, p in theirs.parameters.items():
+    assert ours.parameters[name].default == p.default, name
+
+
+# --- 9. parameter sets from jax's own convolution tests ----------------------------
+#
+# tests/lax_test.py testConvGeneralDilated: lhs (b*bgc, i*fgc, 9, w), rhs
+# (j*fgc*bgc, i, 4, 5), permuted to the layout; testConvWithGeneralPadding and
+# testConv: lhs (b, i, 9, 10), rhs (j, i, 4, 5); and layouts of
+# testConvGeneralDilatedPatchesNonOverlapping.
+
+JAX_LAYOUTS = [
+    (("NCHW", "OIHW", "NCHW"), ([0, 1, 2, 3], [0, 1, 2, 3])),
+    (("NHWC", "HWIO", "NHWC"), ([0, 2, 3, 1], [2, 3, 1, 0])),
+    (("NCHW", "HWIO", "NHWC"), ([0, 1, 2, 3], [2, 3, 1, 0])),
+]
+
+# (batch_group_count, feature_group_count, b, i, j, w, layout, strides, padding,
+#  lhs_dilation, rhs_dilation)
+JAX_CONV_GENERAL_DILATED = [
+    (1, 1, 2, 2, 2, 10, 0, (1, 1), ((1, 2), (2, 0)), (1, 1), (1, 1)),
+    (1, 1, 3, 2, 3, 10, 1, (2, 1), ((10, 8), (7, 13)), (1, 2), (1, 4)),
+    (2, 1, 2, 3, 2, 10, 0, (1, 1), ((1, 2), (2, 0)), (1, 4), (1, 2)),
+    (2, 1, 3, 2, 2, 10, 2, (2, 1), ((10, 8), (7, 13)), (1, 1), (1, 2)),
+    (1, 2, 2, 3, 3, 10, 1, (1, 1), ((1, 2), (2, 0)), (1, 2), (1, 1)),
+    (1, 2, 3, 3, 2, 10, 2, (2, 1), ((10, 8), (7, 13)), (1, 4), (1, 4)),
+    (1, 1, 2, 3, 2, 0, 0, (1, 1), ((1, 2), (2, 0)), (1, 1), (1, 1)),
+    (2, 1, 2, 2, 3, 0, 1, (2, 1), ((10, 8), (7, 13)), (1, 2), (1, 2)),
+    (1, 2, 3, 2, 2, 0, 2, (1, 1), ((10, 8), (7, 13)), (1, 4), (1, 1)),
+    (2, 1, 3, 3, 3, 10, 2, (1, 1), ((1, 2), (2, 0)), (1, 1), (1, 4)),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("row", JAX_CONV_GENERAL_DILATED, ids=str)
+def test_jax_conv_general_dilated_cases(platform, row):
+  bgc, fgc, b, i, j, width, layout, strides, padding, lhs_dil, rhs_dil = row
+  specs, (lhs_perm, rhs_perm) = JAX_LAYOUTS[layout]
+  lhs_shape = tuple(np.take((b * bgc, i * fgc, 9, width), lhs_perm))
+  rhs_shape = tuple(np.take((j * fgc * bgc, i, 4, 5), rhs_perm))
+  cfg = dict(lhs_shape=lhs_shape, rhs_shape=rhs_shape,
+             kwargs=dict(window_strides=strides, padding=padding, lhs_dilation=lhs_dil,
+                         rhs_dilation=rhs_dil, dimension_numbers=specs,
+                         feature_group_count=fgc, batch_group_count=bgc))
+  with on_platform(platform):
+    check_against_lax(cfg, sum(row[:6]), np.float64)
+    check_against_lax(cfg, 1, np.float32, precision=HIGHEST)
+
+
+# (b, i, j, strides, padding, lhs_dilation, rhs_dilation)
+JAX_CONV_WITH_GENERAL_PADDING = [
+    (1, 3, 2, (1, 2), ((0, 0), (0, 0)), (2, 2), (1, 2)),
+    (3, 1, 3, (2, 1), ((1, 2), (2, 0)), (1, 2), (2, 2)),
+    (2, 2, 1, (1, 1), ((1, 2), (2, 0)), (2, 2), (2, 2)),
+    (2, 3, 3, (1, 2), "SAME_LOWER", (1, 1), (1, 1)),
+    (3, 2, 3, (2, 1), "SAME", (1, 1), (1, 1)),
+    (2, 2, 2, (1, 1), "VALID", (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("row", JAX_CONV_WITH_GENERAL_PADDING, ids=str)
+def test_jax_conv_with_general_padding_cases(platform, row):
+  b, i, j, strides, padding, lhs_dil, rhs_dil = row
+  cfg = dict(lhs_shape=(b, i, 9, 10), rhs_shape=(j, i, 4, 5),
+             kwargs=dict(window_strides=strides, padding=padding, lhs_dilation=lhs_dil,
+                         rhs_dilation=rhs_dil))
+  with on_platform(platform):
+    check_against_lax(cfg, b * 7 + i, np.float64)
+
+
+# (lhs_shape, kernel (in rhs axis order), strides, padding, dimension_numbers)
+JAX_PATCHES_LAYOUTS = [
+    ((2, 3, 4), (2,), (2,), [(0, 2)], ("CNH", "OHI", "HNC")),
+    ((3, 1, 4, 5), (1, 3), (1, 3), [(3, 1), (2, 2)], ("NCHW", "OIHW", "NCHW")),
+    ((3, 2, 5, 6), (4, 3), (4, 3), [(5, 2), (2, 4)], None),
+    ((1, 2, 3, 4), (1, 1), (1, 1), [(0, 0), (0, 0)], ("NCWH", "OHWI", "CNHW")),
+    ((1, 2, 3, 4), (3, 2), (1, 1), [(0, 0), (0, 0)], ("CWHN", "HOWI", "NCHW")),
+    ((2, 3, 4, 5, 6), (2, 1, 3), (2, 1, 3), [(1, 2), (5, 3), (3, 5)], ("NHWDC", "HDIWO", "DCWNH")),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("row", JAX_PATCHES_LAYOUTS, ids=str)
+def test_jax_patches_layout_cases(platform, row):
+  lhs_shape, kernel, strides, padding, specs = row
+  nd = len(lhs_shape) - 2
+  dn = lax.conv_dimension_numbers(lhs_shape, (1,) * (nd + 2), specs)
+  c = lhs_shape[dn.lhs_spec[1]]
+  # kernel lists the rhs's spatial axes in axis order (as filter_shape does).
+  rhs_spatial_axes = sorted(dn.rhs_spec[2:])
+  rhs_shape = [0] * (nd + 2)
+  rhs_shape[dn.rhs_spec[0]], rhs_shape[dn.rhs_spec[1]] = 3, c
+  for axis, k in zip(rhs_spatial_axes, kernel):
+    rhs_shape[axis] = k
+  cfg = dict(lhs_shape=lhs_shape, rhs_shape=tuple(rhs_shape),
+             kwargs=dict(window_strides=strides, padding=padding, dimension_numbers=specs))
+  with on_platform(platform):
+    check_against_lax(cfg, 3, np.float64)
