@@ -78,13 +78,19 @@ IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {
   }
 }
 
+// The helpers below take the number of spatial dimensions as a template
+// argument: with it known at compile time, loops unroll and coordinate arrays
+// stay in registers (a run-time bound puts them in local memory on the GPU).
+// dispatch_rank() turns a run-time rank into that argument.
+
 // Row-major coordinates of `flat` in `dims`. Callers guarantee that the
 // product of dims fits in 32 bits (checked on the Python side), so the
 // divisions are 32-bit ones, which matter on the GPU.
-IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int nd,
-                       int64_t* coords) {
+template <int ND>
+IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int64_t* coords) {
   uint32_t f = static_cast<uint32_t>(flat);
-  for (int d = nd - 1; d > 0; --d) {
+#pragma unroll
+  for (int d = ND - 1; d > 0; --d) {
     const uint32_t n = static_cast<uint32_t>(dims[d]);
     coords[d] = f % n;
     f /= n;
@@ -94,10 +100,11 @@ IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int nd,
 
 // Flat input spatial offset read by output position o and kernel tap k, or -1
 // when that tap falls on padding or on a hole of the lhs dilation.
-IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o,
-                                const int64_t* k) {
+template <int ND>
+IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o, const int64_t* k) {
   int64_t flat = 0;
-  for (int d = 0; d < g.nd; ++d) {
+#pragma unroll
+  for (int d = 0; d < ND; ++d) {
     int64_t p = o[d] * g.stride[d] + k[d] * g.rhs_dilation[d] - g.pad_lo[d];
     if (p < 0) return -1;
     if (g.any_lhs_dilation) {
@@ -114,10 +121,11 @@ IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o,
 // Flat output position whose kernel tap k reads input position q, or -1 when
 // there is none. The adjoint of source_offset: source_offset(o, k) == q  <=>
 // target_position(q, k) == o.
-IM2COL_HD int64_t target_position(const Geometry& g, const int64_t* q,
-                                  const int64_t* k) {
+template <int ND>
+IM2COL_HD int64_t target_position(const Geometry& g, const int64_t* q, const int64_t* k) {
   int64_t flat = 0;
-  for (int d = 0; d < g.nd; ++d) {
+#pragma unroll
+  for (int d = 0; d < ND; ++d) {
     int64_t p = q[d] * g.lhs_dilation[d] + g.pad_lo[d] - k[d] * g.rhs_dilation[d];
     if (p < 0) return -1;
     if (g.stride[d] != 1) {
@@ -132,10 +140,27 @@ IM2COL_HD int64_t target_position(const Geometry& g, const int64_t* q,
 }
 
 // Advances a row-major multi-index (an odometer) by one.
-IM2COL_HD void increment(int64_t* coords, const int64_t* dims, int nd) {
-  for (int d = nd - 1; d >= 0; --d) {
+template <int ND>
+IM2COL_HD void increment(int64_t* coords, const int64_t* dims) {
+#pragma unroll
+  for (int d = ND - 1; d >= 0; --d) {
     if (++coords[d] < dims[d]) return;
     coords[d] = 0;
+  }
+}
+
+template <int ND>
+struct Rank {
+  static constexpr int value = ND;
+};
+
+// Calls fn(Rank<ND>{}) for nd in 1..3.
+template <typename Fn>
+inline auto dispatch_rank(int nd, Fn&& fn) {
+  switch (nd) {
+    case 1: return fn(Rank<1>{});
+    case 2: return fn(Rank<2>{});
+    default: return fn(Rank<3>{});
   }
 }
 

@@ -12,10 +12,10 @@ namespace im2col::cpu {
 
 // x: (N, C, *in) channels-first or (N, *in, C) channels-last, for images
 // [n0, n0 + nc); cols: the chunk described by `layout`.
-template <typename T>
-void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels,
-                  int64_t n0, int64_t nc, const ColumnsLayout& lay,
-                  bool channels_last) {
+template <int ND, typename T>
+void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
+                     int64_t n0, int64_t nc, const ColumnsLayout& lay,
+                     bool channels_last) {
   const int64_t K = g.kernel_size, C = channels;
   int64_t o[kMaxSpatial], k[kMaxSpatial];
   if (!channels_last) {
@@ -23,11 +23,11 @@ void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels,
       for (int64_t c = 0; c < C; ++c) {
         const T* xc = x + ((n0 + n) * C + c) * g.in_size;
         for (int64_t kk = 0; kk < K; ++kk) {
-          unravel(kk, g.kernel, g.nd, k);
+          unravel<ND>(kk, g.kernel, k);
           T* row = cols + n * lay.image_stride + (c * K + kk) * lay.row_stride;
-          unravel(lay.l0, g.out, g.nd, o);
-          for (int64_t l = 0; l < lay.lc; ++l, increment(o, g.out, g.nd)) {
-            const int64_t s = source_offset(g, o, k);
+          unravel<ND>(lay.l0, g.out, o);
+          for (int64_t l = 0; l < lay.lc; ++l, increment<ND>(o, g.out)) {
+            const int64_t s = source_offset<ND>(g, o, k);
             if (s >= 0) row[l] = xc[s]; else std::memset(&row[l], 0, sizeof(T));
           }
         }
@@ -38,12 +38,12 @@ void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels,
   const int64_t G = lay.groups, Cg = C / G;
   for (int64_t n = 0; n < nc; ++n) {
     const T* xn = x + (n0 + n) * g.in_size * C;
-    unravel(lay.l0, g.out, g.nd, o);
-    for (int64_t l = 0; l < lay.lc; ++l, increment(o, g.out, g.nd)) {
+    unravel<ND>(lay.l0, g.out, o);
+    for (int64_t l = 0; l < lay.lc; ++l, increment<ND>(o, g.out)) {
       T* row = cols + (n * lay.lc + l) * C * K;
-      for (int d = 0; d < g.nd; ++d) k[d] = 0;
-      for (int64_t kk = 0; kk < K; ++kk, increment(k, g.kernel, g.nd)) {
-        const int64_t s = source_offset(g, o, k);
+      for (int d = 0; d < ND; ++d) k[d] = 0;
+      for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+        const int64_t s = source_offset<ND>(g, o, k);
         for (int64_t gi = 0; gi < G; ++gi) {
           T* dst = row + (gi * K + kk) * Cg;
           if (s >= 0) std::memcpy(dst, xn + s * C + gi * Cg, Cg * sizeof(T));
@@ -57,10 +57,10 @@ void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels,
 // The adjoint of unfold_chunk: every element of x gathers the columns that
 // read it, in a fixed order, accumulating in float (double for double).
 // With `accumulate` the chunk's sum is added to what x holds.
-template <typename TC, typename TX>
-void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels,
-                int64_t n0, int64_t nc, const ColumnsLayout& lay,
-                bool channels_last, bool accumulate) {
+template <int ND, typename TC, typename TX>
+void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
+                   int64_t n0, int64_t nc, const ColumnsLayout& lay,
+                   bool channels_last, bool accumulate) {
   using Acc = typename Accumulator<TX>::type;
   const int64_t K = g.kernel_size, C = channels;
   const int64_t l_end = lay.l0 + lay.lc;
@@ -70,12 +70,12 @@ void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels,
       for (int64_t c = 0; c < C; ++c) {
         TX* xc = x + ((n0 + n) * C + c) * g.in_size;
         const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
-        for (int d = 0; d < g.nd; ++d) q[d] = 0;
-        for (int64_t i = 0; i < g.in_size; ++i, increment(q, g.in, g.nd)) {
+        for (int d = 0; d < ND; ++d) q[d] = 0;
+        for (int64_t i = 0; i < g.in_size; ++i, increment<ND>(q, g.in)) {
           Acc acc = accumulate ? static_cast<Acc>(to_float(xc[i])) : Acc(0);
-          for (int d = 0; d < g.nd; ++d) k[d] = 0;
-          for (int64_t kk = 0; kk < K; ++kk, increment(k, g.kernel, g.nd)) {
-            const int64_t t = target_position(g, q, k);
+          for (int d = 0; d < ND; ++d) k[d] = 0;
+          for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+            const int64_t t = target_position<ND>(g, q, k);
             if (t >= lay.l0 && t < l_end)
               acc += static_cast<Acc>(to_float(base[kk * lay.row_stride + t - lay.l0]));
           }
@@ -88,14 +88,14 @@ void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels,
   const int64_t G = lay.groups, Cg = C / G;
   std::vector<Acc> acc(static_cast<size_t>(C));
   for (int64_t n = 0; n < nc; ++n) {
-    for (int d = 0; d < g.nd; ++d) q[d] = 0;
-    for (int64_t i = 0; i < g.in_size; ++i, increment(q, g.in, g.nd)) {
+    for (int d = 0; d < ND; ++d) q[d] = 0;
+    for (int64_t i = 0; i < g.in_size; ++i, increment<ND>(q, g.in)) {
       TX* xq = x + ((n0 + n) * g.in_size + i) * C;
       for (int64_t c = 0; c < C; ++c)
         acc[c] = accumulate ? static_cast<Acc>(to_float(xq[c])) : Acc(0);
-      for (int d = 0; d < g.nd; ++d) k[d] = 0;
-      for (int64_t kk = 0; kk < K; ++kk, increment(k, g.kernel, g.nd)) {
-        const int64_t t = target_position(g, q, k);
+      for (int d = 0; d < ND; ++d) k[d] = 0;
+      for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+        const int64_t t = target_position<ND>(g, q, k);
         if (t < lay.l0 || t >= l_end) continue;
         const TC* row = cols + (n * lay.lc + t - lay.l0) * C * K;
         for (int64_t gi = 0; gi < G; ++gi)
@@ -105,6 +105,23 @@ void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels,
       for (int64_t c = 0; c < C; ++c) xq[c] = from_float<TX>(acc[c]);
     }
   }
+}
+
+template <typename T>
+void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels, int64_t n0,
+                  int64_t nc, const ColumnsLayout& lay, bool channels_last) {
+  dispatch_rank(g.nd, [&](auto rank) {
+    unfold_chunk_nd<decltype(rank)::value>(x, cols, g, channels, n0, nc, lay, channels_last);
+  });
+}
+
+template <typename TC, typename TX>
+void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels, int64_t n0,
+                int64_t nc, const ColumnsLayout& lay, bool channels_last, bool accumulate) {
+  dispatch_rank(g.nd, [&](auto rank) {
+    fold_chunk_nd<decltype(rank)::value>(cols, x, g, channels, n0, nc, lay, channels_last,
+                                         accumulate);
+  });
 }
 
 }  // namespace im2col::cpu

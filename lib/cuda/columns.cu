@@ -57,7 +57,7 @@ inline bool aligned16(const void* p) {
 }
 
 // Channels-first: rows (n, c, k), each a run of lc output positions.
-template <typename U, int V>
+template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -69,9 +69,9 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     divmod(row, C * K, n, ck);
     divmod(ck, K, c, kk);
     int64_t k[kMaxSpatial], o[kMaxSpatial];
-    unravel(kk, g.kernel, g.nd, k);
+    unravel<ND>(kk, g.kernel, k);
     const int64_t e0 = run * V;
-    unravel(lay.l0 + e0, g.out, g.nd, o);
+    unravel<ND>(lay.l0 + e0, g.out, o);
     const U* xc = x + ((n0 + n) * C + c) * g.in_size;
     U* dst = cols + n * lay.image_stride + ck * lay.row_stride + e0;
     const int64_t count = lay.lc - e0 < V ? lay.lc - e0 : V;
@@ -80,9 +80,9 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     for (int v = 0; v < V; ++v) {
       p.v[v] = U(0);
       if (v < count) {
-        const int64_t s = source_offset(g, o, k);
+        const int64_t s = source_offset<ND>(g, o, k);
         if (s >= 0) p.v[v] = __ldg(xc + s);
-        increment(o, g.out, g.nd);
+        increment<ND>(o, g.out);
       }
     }
     if (vector_store && count == V) {
@@ -95,7 +95,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: rows (n, l), each (group, kernel tap, channel-in-group);
 // a thread copies V channels of one tap.
-template <typename U, int V>
+template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -108,9 +108,9 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     divmod(unit, vecs, gk, jv);
     divmod(gk, K, gi, kk);
     int64_t k[kMaxSpatial], o[kMaxSpatial];
-    unravel(kk, g.kernel, g.nd, k);
-    unravel(lay.l0 + l, g.out, g.nd, o);
-    const int64_t s = source_offset(g, o, k);
+    unravel<ND>(kk, g.kernel, k);
+    unravel<ND>(lay.l0 + l, g.out, o);
+    const int64_t s = source_offset<ND>(g, o, k);
     Pack<U, V> p;
     if (s >= 0) {
       p = *reinterpret_cast<const Pack<U, V>*>(
@@ -125,7 +125,7 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-first: rows (n, c), each a run of in_size input positions; every
 // element sums, over kernel taps in order, the column entries that read it.
-template <typename TC, typename TX, int V>
+template <int ND, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
                int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -139,7 +139,7 @@ fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     const int64_t e0 = run * V;
     const int64_t count = g.in_size - e0 < V ? g.in_size - e0 : V;
     int64_t q[kMaxSpatial], k[kMaxSpatial];
-    unravel(e0, g.in, g.nd, q);
+    unravel<ND>(e0, g.in, q);
     const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
     TX* xr = x + ((n0 + n) * C + c) * g.in_size + e0;
     Pack<TX, V> p;
@@ -147,15 +147,15 @@ fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     for (int v = 0; v < V; ++v) {
       if (v < count) {
         A acc = accumulate ? static_cast<A>(to_acc(xr[v])) : A(0);
-        for (int d = 0; d < g.nd; ++d) k[d] = 0;
+        for (int d = 0; d < ND; ++d) k[d] = 0;
         for (int64_t kk = 0; kk < K; ++kk) {
-          const int64_t tp = target_position(g, q, k);
+          const int64_t tp = target_position<ND>(g, q, k);
           if (tp >= lay.l0 && tp < l_end)
             acc += static_cast<A>(to_acc(__ldg(base + kk * lay.row_stride + tp - lay.l0)));
-          increment(k, g.kernel, g.nd);
+          increment<ND>(k, g.kernel);
         }
         p.v[v] = store_value<TX>(acc);
-        increment(q, g.in, g.nd);
+        increment<ND>(q, g.in);
       }
     }
     if (vector_store && count == V) {
@@ -167,7 +167,7 @@ fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 }
 
 // Channels-last: rows (n, q), each C channels; a thread sums V channels.
-template <typename TC, typename TX, int V>
+template <int ND, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
                int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -180,22 +180,22 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     divmod(row, g.in_size, n, qi);
     divmod(unit * V, Cg, gi, j0);
     int64_t q[kMaxSpatial], k[kMaxSpatial];
-    unravel(qi, g.in, g.nd, q);
+    unravel<ND>(qi, g.in, q);
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];
 #pragma unroll
     for (int v = 0; v < V; ++v)
       acc[v] = accumulate ? static_cast<A>(to_acc(xq[v])) : A(0);
-    for (int d = 0; d < g.nd; ++d) k[d] = 0;
+    for (int d = 0; d < ND; ++d) k[d] = 0;
     for (int64_t kk = 0; kk < K; ++kk) {
-      const int64_t tp = target_position(g, q, k);
+      const int64_t tp = target_position<ND>(g, q, k);
       if (tp >= lay.l0 && tp < l_end) {
         const Pack<TC, V> p = *reinterpret_cast<const Pack<TC, V>*>(
             cols + (n * lay.lc + tp - lay.l0) * C * K + (gi * K + kk) * Cg + j0);
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(p.v[v]));
       }
-      increment(k, g.kernel, g.nd);
+      increment<ND>(k, g.kernel);
     }
     Pack<TX, V> out;
 #pragma unroll
@@ -204,7 +204,7 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
-template <typename U>
+template <int ND, typename U>
 cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                          int64_t C, int64_t n0, int64_t nc,
                          const ColumnsLayout& lay, bool channels_last,
@@ -217,25 +217,25 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     const int64_t runs = (lay.lc + V - 1) / V;
     const bool vec = aligned16(cols) && lay.row_stride % V == 0 &&
                      lay.image_stride % V == 0;
-    unfold_cf_kernel<U, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
+    unfold_cf_kernel<ND, U, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
         x, cols, g, C, n0, lay, rows, runs, vec);
   } else {
     const int64_t rows = nc * lay.lc;
     const int64_t Cg = C / lay.groups;
     if (Cg % V == 0 && aligned16(x) && aligned16(cols)) {
       const int64_t units = lay.groups * g.kernel_size * (Cg / V);
-      unfold_cl_kernel<U, V><<<blocks_for(rows * units), kThreads, 0, stream>>>(
+      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * units), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, units);
     } else {
       const int64_t units = lay.groups * g.kernel_size * Cg;
-      unfold_cl_kernel<U, 1><<<blocks_for(rows * units), kThreads, 0, stream>>>(
+      unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * units), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, units);
     }
   }
   return cudaGetLastError();
 }
 
-template <typename TC, typename TX>
+template <int ND, typename TC, typename TX>
 cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
                        int64_t C, int64_t n0, int64_t nc,
                        const ColumnsLayout& lay, bool channels_last,
@@ -248,17 +248,17 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     const int64_t runs = (g.in_size + V - 1) / V;
     const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0 &&
                      g.in_size % V == 0;
-    fold_cf_kernel<TC, TX, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
+    fold_cf_kernel<ND, TC, TX, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
         cols, x, g, C, n0, lay, rows, runs, accumulate, vec);
   } else {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
     if (Cg % V == 0 && aligned16(cols) &&
         reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0) {
-      fold_cl_kernel<TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+      fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
     } else {
-      fold_cl_kernel<TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
+      fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
     }
   }
@@ -272,12 +272,15 @@ cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
                           int64_t nc, const ColumnsLayout& layout,
                           bool channels_last, cudaStream_t stream) {
   if (nc <= 0 || layout.lc <= 0 || channels <= 0) return cudaSuccess;
-  switch (elem_bytes) {
-    case 2: return unfold_typed<uint16_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-    case 4: return unfold_typed<uint32_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-    case 8: return unfold_typed<uint64_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_rank(g.nd, [&](auto rank) {
+    constexpr int ND = decltype(rank)::value;
+    switch (elem_bytes) {
+      case 2: return unfold_typed<ND, uint16_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
+      case 4: return unfold_typed<ND, uint32_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
+      case 8: return unfold_typed<ND, uint64_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  });
 }
 
 cudaError_t launch_fold(const void* cols, DataType cols_type, void* x,
@@ -286,21 +289,24 @@ cudaError_t launch_fold(const void* cols, DataType cols_type, void* x,
                         bool channels_last, bool accumulate,
                         cudaStream_t stream) {
   if (nc <= 0 || channels <= 0 || g.in_size <= 0) return cudaSuccess;
+  return dispatch_rank(g.nd, [&](auto rank) {
+    constexpr int ND = decltype(rank)::value;
 #define IM2COL_FOLD(TC, TX) \
-  return fold_typed<TC, TX>(cols, x, g, channels, n0, nc, layout, channels_last, accumulate, stream)
-  if (cols_type == x_type) {
-    switch (x_type) {
-      case DataType::F16: IM2COL_FOLD(__half, __half);
-      case DataType::BF16: IM2COL_FOLD(__nv_bfloat16, __nv_bfloat16);
-      case DataType::F32: IM2COL_FOLD(float, float);
-      case DataType::F64: IM2COL_FOLD(double, double);
-      default: return cudaErrorInvalidValue;
+  return fold_typed<ND, TC, TX>(cols, x, g, channels, n0, nc, layout, channels_last, accumulate, stream)
+    if (cols_type == x_type) {
+      switch (x_type) {
+        case DataType::F16: IM2COL_FOLD(__half, __half);
+        case DataType::BF16: IM2COL_FOLD(__nv_bfloat16, __nv_bfloat16);
+        case DataType::F32: IM2COL_FOLD(float, float);
+        case DataType::F64: IM2COL_FOLD(double, double);
+        default: return cudaErrorInvalidValue;
+      }
     }
-  }
-  if (cols_type == DataType::F32 && x_type == DataType::F16) IM2COL_FOLD(float, __half);
-  if (cols_type == DataType::F32 && x_type == DataType::BF16) IM2COL_FOLD(float, __nv_bfloat16);
+    if (cols_type == DataType::F32 && x_type == DataType::F16) IM2COL_FOLD(float, __half);
+    if (cols_type == DataType::F32 && x_type == DataType::BF16) IM2COL_FOLD(float, __nv_bfloat16);
 #undef IM2COL_FOLD
-  return cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace im2col::cuda
