@@ -651,6 +651,9 @@ def measure_ceilings(b: Bench, quick: bool):
   sets = b.data.sets([(n_copy,)], jnp.float32)
   copies = [b.run_jax(base, "copy", lambda x: jnp.copy(x), sets), b.run_jax(base, "x+1", lambda x: x + 1, sets)]
   del sets
+  if torch is not None:  # torch's device-to-device copy, into a preallocated buffer
+    copies.append(b.run_torch(base, "torch copy", lambda: (
+        lambda src, dst: dst.copy_(src), b.data.torch_sets([(n_copy,), (n_copy,)], "f32"))))
   gbps = [r["gbps"] for r in copies if r.get("gbps")]
   if gbps:
     b.ceilings["copy_gbps"] = max(gbps)

@@ -243,14 +243,45 @@ def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator)
                      groups=spec.groups, acc_bytes=o * (c // spec.groups) * k * 4 if accumulator else 0)
 
 
-def _cuda_call(target, ctx, a, b, spec, plan):
-  ws = jax.core.ShapedArray((plan.workspace_bytes,), np.uint8)
+ALGORITHM_GEMM = 0
+ALGORITHM_DIRECT = 1
+# Keep in sync with kDirectMaxTaps in lib/cuda/direct_conv.h.
+DIRECT_MAX_TAPS = 32
+
+
+def _algorithm(spec, c, o):
+  """Direct kernels for depthwise and small groups, where each group's GEMM is
+  too thin for tensor cores and columns cost more traffic than they feed."""
+  cg, og = c // spec.groups, o // spec.groups
+  small = (spec.groups > 1 and cg <= 4 and og <= 4
+           and cg * spec.window.kernel_size <= DIRECT_MAX_TAPS)
+  return ALGORITHM_DIRECT if small else ALGORITHM_GEMM
+
+
+def _channels(spec, image_aval, y_aval):
+  cl = spec.channels_last
+  return _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(y_aval.shape, cl)
+
+
+def _cuda_call(target, ctx, a, b, spec, *, images, positions, workspace_bytes, algorithm):
+  ws = jax.core.ShapedArray((workspace_bytes,), np.uint8)
   rule = jax.ffi.ffi_lowering(target)
   out, _ = rule(ctx.replace(avals_out=[ctx.avals_out[0], ws]), a, b,
                 channels_last=spec.channels_last, groups=np.int64(spec.groups),
-                precision=np.int64(spec.precision), chunk_images=np.int64(plan.images),
-                chunk_positions=np.int64(plan.positions), **spec.window.ffi_attributes())
+                precision=np.int64(spec.precision), chunk_images=np.int64(images),
+                chunk_positions=np.int64(positions), algorithm=np.int64(algorithm),
+                **spec.window.ffi_attributes())
   return [out]
+
+
+def _gemm_call(target, ctx, a, b, spec, plan):
+  return _cuda_call(target, ctx, a, b, spec, images=plan.images, positions=plan.positions,
+                    workspace_bytes=plan.workspace_bytes, algorithm=ALGORITHM_GEMM)
+
+
+def _direct_call(target, ctx, a, b, spec):
+  return _cuda_call(target, ctx, a, b, spec, images=1, positions=1, workspace_bytes=1,
+                    algorithm=ALGORITHM_DIRECT)
 
 
 def _identity(spec, image_aval):
@@ -260,30 +291,49 @@ def _identity(spec, image_aval):
 @empty_safe
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
+  if _algorithm(spec, *_channels(spec, xa, ya)) == ALGORITHM_DIRECT:
+    return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
   item = np.dtype(xa.dtype).itemsize
   plan = _plan(ctx, spec, xa, ya, columns=0 if _identity(spec, xa) else item,
                transposed_dy=False, accumulator=False)
-  return _cuda_call(_ffi.CONV_FORWARD, ctx, x, w, spec, plan)
+  return _gemm_call(_ffi.CONV_FORWARD, ctx, x, w, spec, plan)
 
 
 @empty_safe
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
+  if _algorithm(spec, *_channels(spec, dxa, dya)) == ALGORITHM_DIRECT:
+    return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   dtype = np.dtype(dya.dtype)
   cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32
   plan = _plan(ctx, spec, dxa, dya, columns=0 if _identity(spec, dxa) else cols_item,
                transposed_dy=False, accumulator=False)
-  return _cuda_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, plan)
+  return _gemm_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, plan)
+
+
+# Direct filter gradient: about this many (slice, channel) threads in pass 1.
+_DIRECT_FILTER_THREADS = 1 << 16
 
 
 @empty_safe
 def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dya, xa = ctx.avals_in
   dtype = np.dtype(xa.dtype)
+  c, o = _channels(spec, xa, dya)
+  if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
+    positions = xa.shape[0] * int(np.prod(_unfold.image_spatial(dya.shape, spec.channels_last)))
+    slices = max(1, min(positions, -(-_DIRECT_FILTER_THREADS // o)))
+    per_slice = -(-positions // slices)
+    slices = -(-positions // per_slice)
+    taps = (c // spec.groups) * spec.window.kernel_size
+    acc = 8 if dtype == np.float64 else 4
+    return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
+                      positions=per_slice, workspace_bytes=slices * o * taps * acc,
+                      algorithm=ALGORITHM_DIRECT)
   no_columns = _identity(spec, xa) and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
                transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)
-  return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)
+  return _gemm_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)
 
 
 mlir.register_lowering(conv_forward_p, _forward_cuda, platform="cuda")

@@ -21,6 +21,7 @@
 #include "../ffi_window.h"
 #include "blas_handles.h"
 #include "columns.h"
+#include "direct_conv.h"
 #include "handlers.h"
 
 namespace im2col::cuda {
@@ -147,10 +148,12 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 
 // --- shapes ----------------------------------------------------------------
 
+// algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h); for
+// the direct filter gradient, chunk_positions is the positions per slice.
 struct ConvAttrs {
   WindowAttrs window;
   bool channels_last;
-  int64_t groups, precision, chunk_images, chunk_positions;
+  int64_t groups, precision, chunk_images, chunk_positions, algorithm;
 };
 
 struct ConvShapes {
@@ -187,9 +190,13 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
-      (a.chunk_positions < s->g.out_size && a.chunk_images != 1))
+      (a.algorithm == 0 && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
     return ffi::Error::InvalidArgument("conv: invalid chunking");
   return ffi::Error::Success();
+}
+
+DirectShapes direct_shapes(const ConvShapes& s) {
+  return DirectShapes{s.image.n, s.image.c, s.O, s.G, s.cl};
 }
 
 // Layout of a chunk of channels-first columns, (n, c*K + k, l): torch order.
@@ -270,6 +277,10 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
+  if (a.algorithm == 1)
+    return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
+                                     out, s.g, direct_shapes(s), stream),
+                      "direct conv");
   const int64_t C = s.image.c, K = s.g.kernel_size, L = s.g.out_size, O = s.O;
   const size_t cols_elems = s.identity ? 0 : a.chunk_images * C * K * a.chunk_positions;
   if (auto e = check_workspace(*workspace, cols_elems, ffi::ByteWidth(in), 0, 0, 0, &c); e.failure())
@@ -326,6 +337,10 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
+  if (a.algorithm == 1)
+    return cuda_error(direct_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(),
+                                           in, s.g, direct_shapes(s), stream),
+                      "direct conv input gradient");
   const DataType cols_type = is_half(in) ? DataType::F32 : in;
   const int64_t C = s.image.c, K = s.g.kernel_size, L = s.g.out_size, O = s.O;
   const size_t cols_elems = s.identity ? 0 : a.chunk_images * C * K * a.chunk_positions;
@@ -378,6 +393,17 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const DataType in = x.element_type(), out = dw->element_type();
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
+  if (a.algorithm == 1) {
+    const int64_t positions = s.image.n * s.g.out_size;
+    const int64_t slices = (positions + a.chunk_positions - 1) / a.chunk_positions;
+    const size_t acc_bytes = in == DataType::F64 ? 8 : 4;
+    if (workspace->size_bytes() < static_cast<size_t>(slices * s.O * s.CgK) * acc_bytes)
+      return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
+    return cuda_error(direct_backward_filter(dy.untyped_data(), x.untyped_data(), dw->untyped_data(),
+                                             workspace->untyped_data(), a.chunk_positions, in, s.g,
+                                             direct_shapes(s), stream),
+                      "direct conv filter gradient");
+  }
   const int64_t C = s.image.c, K = s.g.kernel_size, L = s.g.out_size, O = s.O;
   const bool use_cols = !(s.identity && s.cl);
   const size_t cols_elems = use_cols ? a.chunk_images * C * K * a.chunk_positions : 0;
@@ -450,9 +476,10 @@ auto conv_handler(Op op) {
               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> ws, I64Span kernel,
               I64Span stride, I64Span rhs_dilation, I64Span lhs_dilation, I64Span padding,
               bool channels_last, int64_t groups, int64_t precision, int64_t chunk_images,
-              int64_t chunk_positions) {
+              int64_t chunk_positions, int64_t algorithm) {
     const ConvAttrs attrs{{kernel, stride, rhs_dilation, lhs_dilation, padding},
-                          channels_last, groups, precision, chunk_images, chunk_positions};
+                          channels_last, groups, precision, chunk_images, chunk_positions,
+                          algorithm};
     return op(stream, device, a, b, out, ws, attrs);
   };
 }
@@ -468,7 +495,8 @@ auto conv_binding() {
       .Attr<int64_t>("groups")
       .Attr<int64_t>("precision")
       .Attr<int64_t>("chunk_images")
-      .Attr<int64_t>("chunk_positions");
+      .Attr<int64_t>("chunk_positions")
+      .Attr<int64_t>("algorithm");
 }
 
 ffi::Error initialize(int32_t device) { return prepare_blas_handle(device); }

@@ -1,0 +1,51 @@
+// Small device-side helpers shared by the CUDA kernels: element types and
+// their accumulators, vector packs, grid-stride loops.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace im2col::cuda {
+
+constexpr int kThreads = 256;
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_acc(float v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T>
+__device__ __forceinline__ T store_value(typename Acc<T>::type v) {
+  if constexpr (std::is_same_v<T, double>) return v; else return from_acc<T>(v);
+}
+
+__device__ __forceinline__ int64_t grid_start() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_step() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+inline unsigned blocks_for(int64_t work) {
+  const int64_t b = (work + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
+}
+
+}  // namespace im2col::cuda
