@@ -98,14 +98,22 @@ IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int64_t* coords) {
   coords[0] = f;
 }
 
-// Flat input spatial offset read by output position o and kernel tap k, or -1
-// when that tap falls on padding or on a hole of the lhs dilation.
+// The part of an output position's read coordinate that does not depend on
+// the kernel tap: o * stride - pad_lo, per dimension.
 template <int ND>
-IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o, const int64_t* k) {
+IM2COL_HD void window_origin(const Geometry& g, const int64_t* o, int64_t* origin) {
+#pragma unroll
+  for (int d = 0; d < ND; ++d) origin[d] = o[d] * g.stride[d] - g.pad_lo[d];
+}
+
+// Flat input spatial offset read by kernel tap k of the window at `origin`,
+// or -1 when that tap falls on padding or on a hole of the lhs dilation.
+template <int ND>
+IM2COL_HD int64_t source_offset_at(const Geometry& g, const int64_t* origin, const int64_t* k) {
   int64_t flat = 0;
 #pragma unroll
   for (int d = 0; d < ND; ++d) {
-    int64_t p = o[d] * g.stride[d] + k[d] * g.rhs_dilation[d] - g.pad_lo[d];
+    int64_t p = origin[d] + k[d] * g.rhs_dilation[d];
     if (p < 0) return -1;
     if (g.any_lhs_dilation) {
       int64_t r;
@@ -116,6 +124,15 @@ IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o, const int64
     flat = flat * g.in[d] + p;
   }
   return flat;
+}
+
+// Flat input spatial offset read by output position o and kernel tap k, or -1
+// when that tap falls on padding or on a hole of the lhs dilation.
+template <int ND>
+IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o, const int64_t* k) {
+  int64_t origin[kMaxSpatial];
+  window_origin<ND>(g, o, origin);
+  return source_offset_at<ND>(g, origin, k);
 }
 
 // Flat output position whose kernel tap k reads input position q, or -1 when

@@ -20,7 +20,9 @@ inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// Channels-first: rows (n, c, k), each a run of lc output positions.
+// Channels-first: a thread takes a run of V output positions of one (n, c)
+// and writes them for every kernel tap, so its index math is paid once for
+// K * V elements; each store is V contiguous elements of row (c * K + k).
 template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -28,62 +30,69 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t runs_per_row, bool vector_store) {
   const int64_t K = g.kernel_size;
   for (int64_t t = grid_start(); t < rows * runs_per_row; t += grid_step()) {
-    int64_t row, run, n, ck, c, kk;
+    int64_t row, run, n, c;
     divmod(t, runs_per_row, row, run);
-    divmod(row, C * K, n, ck);
-    divmod(ck, K, c, kk);
-    int64_t k[kMaxSpatial], o[kMaxSpatial];
-    unravel<ND>(kk, g.kernel, k);
+    divmod(row, C, n, c);
     const int64_t e0 = run * V;
-    unravel<ND>(lay.l0 + e0, g.out, o);
-    const U* xc = x + ((n0 + n) * C + c) * g.in_size;
-    U* dst = cols + n * lay.image_stride + ck * lay.row_stride + e0;
     const int64_t count = lay.lc - e0 < V ? lay.lc - e0 : V;
-    Pack<U, V> p;
+    int64_t o[kMaxSpatial], origin[V][kMaxSpatial], k[kMaxSpatial];
+    unravel<ND>(lay.l0 + e0, g.out, o);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      p.v[v] = U(0);
-      if (v < count) {
-        const int64_t s = source_offset<ND>(g, o, k);
-        if (s >= 0) p.v[v] = __ldg(xc + s);
-        increment<ND>(o, g.out);
-      }
+      window_origin<ND>(g, o, origin[v]);
+      increment<ND>(o, g.out);
     }
-    if (vector_store && count == V) {
-      *reinterpret_cast<Pack<U, V>*>(dst) = p;
-    } else {
-      for (int v = 0; v < count; ++v) dst[v] = p.v[v];
+    const U* xc = x + ((n0 + n) * C + c) * g.in_size;
+    U* dst = cols + n * lay.image_stride + c * K * lay.row_stride + e0;
+#pragma unroll
+    for (int d = 0; d < ND; ++d) k[d] = 0;
+    for (int64_t kk = 0; kk < K; ++kk, dst += lay.row_stride, increment<ND>(k, g.kernel)) {
+      Pack<U, V> p;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int64_t s = v < count ? source_offset_at<ND>(g, origin[v], k) : -1;
+        p.v[v] = s >= 0 ? __ldg(xc + s) : U(0);
+      }
+      if (vector_store && count == V) {
+        *reinterpret_cast<Pack<U, V>*>(dst) = p;
+      } else {
+        for (int v = 0; v < count; ++v) dst[v] = p.v[v];
+      }
     }
   }
 }
 
-// Channels-last: rows (n, l), each (group, kernel tap, channel-in-group);
-// a thread copies V channels of one tap.
+// Channels-last: a thread takes V channels of one (n, l) and copies them for
+// every kernel tap into row (n, l), at (group, tap, channel-in-group).
 template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
                  int64_t units_per_row) {
-  const int64_t K = g.kernel_size, Cg = C / lay.groups, vecs = Cg / V;
+  const int64_t K = g.kernel_size, Cg = C / lay.groups;
   for (int64_t t = grid_start(); t < rows * units_per_row; t += grid_step()) {
-    int64_t row, unit, n, l, gk, jv, gi, kk;
+    int64_t row, unit, n, l, gi, j0;
     divmod(t, units_per_row, row, unit);
     divmod(row, lay.lc, n, l);
-    divmod(unit, vecs, gk, jv);
-    divmod(gk, K, gi, kk);
-    int64_t k[kMaxSpatial], o[kMaxSpatial];
-    unravel<ND>(kk, g.kernel, k);
+    divmod(unit * V, Cg, gi, j0);
+    int64_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(lay.l0 + l, g.out, o);
-    const int64_t s = source_offset<ND>(g, o, k);
-    Pack<U, V> p;
-    if (s >= 0) {
-      p = *reinterpret_cast<const Pack<U, V>*>(
-          x + ((n0 + n) * g.in_size + s) * C + gi * Cg + jv * V);
-    } else {
+    window_origin<ND>(g, o, origin);
+    const U* xn = x + (n0 + n) * g.in_size * C + unit * V;
+    U* dst = cols + row * C * K + gi * K * Cg + j0;
 #pragma unroll
-      for (int v = 0; v < V; ++v) p.v[v] = U(0);
+    for (int d = 0; d < ND; ++d) k[d] = 0;
+    for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
+      const int64_t s = source_offset_at<ND>(g, origin, k);
+      Pack<U, V> p;
+      if (s >= 0) {
+        p = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) p.v[v] = U(0);
+      }
+      *reinterpret_cast<Pack<U, V>*>(dst) = p;
     }
-    *reinterpret_cast<Pack<U, V>*>(cols + row * C * K + gk * Cg + jv * V) = p;
   }
 }
 
@@ -177,7 +186,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
   if (!channels_last) {
-    const int64_t rows = nc * C * g.kernel_size;
+    const int64_t rows = nc * C;
     const int64_t runs = (lay.lc + V - 1) / V;
     const bool vec = aligned16(cols) && lay.row_stride % V == 0 &&
                      lay.image_stride % V == 0;
@@ -187,13 +196,11 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     const int64_t rows = nc * lay.lc;
     const int64_t Cg = C / lay.groups;
     if (Cg % V == 0 && aligned16(x) && aligned16(cols)) {
-      const int64_t units = lay.groups * g.kernel_size * (Cg / V);
-      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * units), kThreads, 0, stream>>>(
-          x, cols, g, C, n0, lay, rows, units);
+      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+          x, cols, g, C, n0, lay, rows, C / V);
     } else {
-      const int64_t units = lay.groups * g.kernel_size * Cg;
-      unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * units), kThreads, 0, stream>>>(
-          x, cols, g, C, n0, lay, rows, units);
+      unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
+          x, cols, g, C, n0, lay, rows, C);
     }
   }
   return cudaGetLastError();

@@ -43,15 +43,18 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict_
   const int64_t K = g.kernel_size, Cg = sh.c / sh.groups, Og = sh.o / sh.groups;
   const int64_t total = sh.n * sh.o * g.out_size;
   for (int64_t t = grid_start(); t < total; t += grid_step()) {
-    int64_t n, o, l;
+    int64_t n, o, l, gi, oo;
     image_coords(sh.channels_last, t, sh.o, g.out_size, n, o, l);
-    const int64_t c0 = (o / Og) * Cg;
-    int64_t oc[kMaxSpatial], k[kMaxSpatial];
+    divmod(o, Og, gi, oo);
+    const int64_t c0 = gi * Cg;
+    int64_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(l, g.out, oc);
+    window_origin<ND>(g, oc, origin);
+#pragma unroll
     for (int d = 0; d < ND; ++d) k[d] = 0;
     A acc = 0;
     for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-      const int64_t s = source_offset<ND>(g, oc, k);
+      const int64_t s = source_offset_at<ND>(g, origin, k);
       if (s < 0) continue;
       for (int64_t j = 0; j < Cg; ++j)
         acc += static_cast<A>(to_acc(__ldg(x + image_index(sh.channels_last, n, c0 + j, s, sh.c, g.in_size)))) *
@@ -105,18 +108,22 @@ backward_filter_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x
   for (int64_t t = grid_start(); t < slices * sh.o; t += grid_step()) {
     int64_t p, o;
     divmod(t, sh.o, p, o);
-    const int64_t c0 = (o / Og) * Cg;
+    int64_t gi, oo;
+    divmod(o, Og, gi, oo);
+    const int64_t c0 = gi * Cg;
     for (int64_t i = 0; i < taps; ++i) acc[i * kThreads + threadIdx.x] = 0;
     const int64_t end = min(positions, (p + 1) * per_slice);
     for (int64_t pos = p * per_slice; pos < end; ++pos) {
       int64_t n, l;
       divmod(pos, g.out_size, n, l);
       const A dyv = static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, n, o, l, sh.o, g.out_size))));
-      int64_t oc[kMaxSpatial], k[kMaxSpatial];
+      int64_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
       unravel<ND>(l, g.out, oc);
+      window_origin<ND>(g, oc, origin);
+#pragma unroll
       for (int d = 0; d < ND; ++d) k[d] = 0;
       for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-        const int64_t s = source_offset<ND>(g, oc, k);
+        const int64_t s = source_offset_at<ND>(g, origin, k);
         if (s < 0) continue;
         for (int64_t j = 0; j < Cg; ++j)
           acc[(j * K + kk) * kThreads + threadIdx.x] +=
