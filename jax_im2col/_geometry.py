@@ -168,7 +168,15 @@ def check_lax_padding(window: Window, in_spatial: Sequence[int], name: str) -> N
 
 
 def check_index_range(window: Window, in_spatial: Sequence[int], name: str) -> None:
-  positions = int(np.prod(window.output_spatial(in_spatial), dtype=np.int64))
-  size = int(np.prod(in_spatial, dtype=np.int64))
-  if max(positions, size, window.kernel_size) > MAX_POSITIONS:
-    raise ValueError(f"{name}: more than 2**31 - 1 positions or kernel taps in one image are not supported")
+  """Index math runs in 32 bits on the GPU: the mirror of fits_32_bits() in
+  lib/geometry.h."""
+  out = window.output_spatial(in_spatial)
+  ok = max(int(np.prod(out, dtype=np.int64)), int(np.prod(in_spatial, dtype=np.int64)),
+           window.kernel_size) <= MAX_POSITIONS
+  for n, o, k, s, r, l, (lo, hi) in zip(in_spatial, out, window.kernel, window.stride,
+                                        window.rhs_dilation, window.lhs_dilation, window.padding):
+    span, win = dilated(n, l) + abs(lo) + abs(hi), dilated(k, r)
+    ok = ok and max(span, win, s, o * s + win) <= MAX_POSITIONS
+  if not ok:
+    raise ValueError(f"{name}: more than 2**31 - 1 positions, kernel taps or padded extent in "
+                     "one image are not supported")

@@ -63,6 +63,8 @@ inline ffi::Error make_geometry(const WindowAttrs& a, const ImageShape& s,
           "kernel, strides and dilations must be positive");
   }
   finish_geometry(*g, pad_hi);
+  if (!fits_32_bits(*g, pad_hi))
+    return ffi::Error::InvalidArgument("window geometry exceeds 2**31 positions or extents");
   return ffi::Error::Success();
 }
 

@@ -49,6 +49,24 @@ IM2COL_HD int64_t output_extent(int64_t in, int64_t kernel, int64_t stride,
   return span < 0 ? 0 : span / stride + 1;
 }
 
+// Whether every spatial quantity (extents, padded and dilated spans, strides,
+// dilations, paddings, products) stays below 2**31, so that the index math
+// may run in 32 bits.
+inline bool fits_32_bits(const Geometry& g, const int64_t* pad_hi) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  if (g.in_size > kMax || g.out_size > kMax || g.kernel_size > kMax) return false;
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t span = dilated_extent(g.in[d], g.lhs_dilation[d]) +
+                         (g.pad_lo[d] > 0 ? g.pad_lo[d] : -g.pad_lo[d]) +
+                         (pad_hi[d] > 0 ? pad_hi[d] : -pad_hi[d]);
+    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
+    if (span > kMax || window > kMax || g.stride[d] > kMax ||
+        g.out[d] * g.stride[d] + window > kMax)
+      return false;
+  }
+  return true;
+}
+
 // Fills out[], in_size, out_size and kernel_size from the other fields and
 // the high paddings.
 inline void finish_geometry(Geometry& g, const int64_t* pad_hi) {
@@ -78,6 +96,11 @@ IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {
   }
 }
 
+IM2COL_HD void divmod(int32_t a, int32_t b, int32_t& q, int32_t& r) {
+  q = a / b;
+  r = a - q * b;
+}
+
 // The helpers below take the number of spatial dimensions as a template
 // argument: with it known at compile time, loops unroll and coordinate arrays
 // stay in registers (a run-time bound puts them in local memory on the GPU).
@@ -86,8 +109,8 @@ IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {
 // Row-major coordinates of `flat` in `dims`. Callers guarantee that the
 // product of dims fits in 32 bits (checked on the Python side), so the
 // divisions are 32-bit ones, which matter on the GPU.
-template <int ND>
-IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int64_t* coords) {
+template <int ND, typename I>
+IM2COL_HD void unravel(int64_t flat, const int64_t* dims, I* coords) {
   uint32_t f = static_cast<uint32_t>(flat);
 #pragma unroll
   for (int d = ND - 1; d > 0; --d) {
@@ -98,70 +121,77 @@ IM2COL_HD void unravel(int64_t flat, const int64_t* dims, int64_t* coords) {
   coords[0] = f;
 }
 
+// Index type I: int64_t by default. Kernels may use int32_t: every spatial
+// quantity of a geometry fits in 31 bits (fits_32_bits(), required by both the
+// Python side and the FFI handlers), and 32-bit arithmetic halves the
+// instruction count of this index math on the GPU.
+
 // The part of an output position's read coordinate that does not depend on
 // the kernel tap: o * stride - pad_lo, per dimension.
-template <int ND>
-IM2COL_HD void window_origin(const Geometry& g, const int64_t* o, int64_t* origin) {
+template <int ND, typename I = int64_t>
+IM2COL_HD void window_origin(const Geometry& g, const I* o, I* origin) {
 #pragma unroll
-  for (int d = 0; d < ND; ++d) origin[d] = o[d] * g.stride[d] - g.pad_lo[d];
+  for (int d = 0; d < ND; ++d)
+    origin[d] = o[d] * static_cast<I>(g.stride[d]) - static_cast<I>(g.pad_lo[d]);
 }
 
 // Flat input spatial offset read by kernel tap k of the window at `origin`,
 // or -1 when that tap falls on padding or on a hole of the lhs dilation.
-template <int ND>
-IM2COL_HD int64_t source_offset_at(const Geometry& g, const int64_t* origin, const int64_t* k) {
-  int64_t flat = 0;
+template <int ND, typename I = int64_t>
+IM2COL_HD I source_offset_at(const Geometry& g, const I* origin, const I* k) {
+  I flat = 0;
 #pragma unroll
   for (int d = 0; d < ND; ++d) {
-    int64_t p = origin[d] + k[d] * g.rhs_dilation[d];
+    I p = origin[d] + k[d] * static_cast<I>(g.rhs_dilation[d]);
     if (p < 0) return -1;
     if (g.any_lhs_dilation) {
-      int64_t r;
-      divmod(p, g.lhs_dilation[d], p, r);
+      I r;
+      divmod(p, static_cast<I>(g.lhs_dilation[d]), p, r);
       if (r != 0) return -1;
     }
-    if (p >= g.in[d]) return -1;
-    flat = flat * g.in[d] + p;
+    if (p >= static_cast<I>(g.in[d])) return -1;
+    flat = flat * static_cast<I>(g.in[d]) + p;
   }
   return flat;
 }
 
 // Flat input spatial offset read by output position o and kernel tap k, or -1
 // when that tap falls on padding or on a hole of the lhs dilation.
-template <int ND>
-IM2COL_HD int64_t source_offset(const Geometry& g, const int64_t* o, const int64_t* k) {
-  int64_t origin[kMaxSpatial];
-  window_origin<ND>(g, o, origin);
-  return source_offset_at<ND>(g, origin, k);
+template <int ND, typename I = int64_t>
+IM2COL_HD I source_offset(const Geometry& g, const I* o, const I* k) {
+  I origin[kMaxSpatial];
+  window_origin<ND, I>(g, o, origin);
+  return source_offset_at<ND, I>(g, origin, k);
 }
 
 // Flat output position whose kernel tap k reads input position q, or -1 when
 // there is none. The adjoint of source_offset: source_offset(o, k) == q  <=>
 // target_position(q, k) == o.
-template <int ND>
-IM2COL_HD int64_t target_position(const Geometry& g, const int64_t* q, const int64_t* k) {
-  int64_t flat = 0;
+template <int ND, typename I = int64_t>
+IM2COL_HD I target_position(const Geometry& g, const I* q, const I* k) {
+  I flat = 0;
 #pragma unroll
   for (int d = 0; d < ND; ++d) {
-    int64_t p = q[d] * g.lhs_dilation[d] + g.pad_lo[d] - k[d] * g.rhs_dilation[d];
+    I p = q[d] * static_cast<I>(g.lhs_dilation[d]) + static_cast<I>(g.pad_lo[d]) -
+          k[d] * static_cast<I>(g.rhs_dilation[d]);
     if (p < 0) return -1;
     if (g.stride[d] != 1) {
-      int64_t r;
-      divmod(p, g.stride[d], p, r);
+      I r;
+      divmod(p, static_cast<I>(g.stride[d]), p, r);
       if (r != 0) return -1;
     }
-    if (p >= g.out[d]) return -1;
-    flat = flat * g.out[d] + p;
+    if (p >= static_cast<I>(g.out[d])) return -1;
+    flat = flat * static_cast<I>(g.out[d]) + p;
   }
   return flat;
 }
 
 // Advances a row-major multi-index (an odometer) by one.
-template <int ND>
-IM2COL_HD void increment(int64_t* coords, const int64_t* dims) {
+template <int ND, typename I>
+IM2COL_HD void increment(I* coords, const int64_t* dims) {
 #pragma unroll
   for (int d = ND - 1; d >= 0; --d) {
-    if (++coords[d] < dims[d]) return;
+    if (++coords[d] < static_cast<I>(dims[d])) return;
     coords[d] = 0;
   }
 }

@@ -35,7 +35,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     divmod(row, C, n, c);
     const int64_t e0 = run * V;
     const int64_t count = lay.lc - e0 < V ? lay.lc - e0 : V;
-    int64_t o[kMaxSpatial], origin[V][kMaxSpatial], k[kMaxSpatial];
+    int32_t o[kMaxSpatial], origin[V][kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(lay.l0 + e0, g.out, o);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -75,7 +75,7 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     divmod(t, units_per_row, row, unit);
     divmod(row, lay.lc, n, l);
     divmod(unit * V, Cg, gi, j0);
-    int64_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+    int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(lay.l0 + l, g.out, o);
     window_origin<ND>(g, o, origin);
     const U* xn = x + (n0 + n) * g.in_size * C + unit * V;
@@ -111,7 +111,7 @@ fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     divmod(row, C, n, c);
     const int64_t e0 = run * V;
     const int64_t count = g.in_size - e0 < V ? g.in_size - e0 : V;
-    int64_t q[kMaxSpatial], k[kMaxSpatial];
+    int32_t q[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(e0, g.in, q);
     const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
     TX* xr = x + ((n0 + n) * C + c) * g.in_size + e0;
@@ -152,7 +152,7 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     divmod(t, units_per_row, row, unit);
     divmod(row, g.in_size, n, qi);
     divmod(unit * V, Cg, gi, j0);
-    int64_t q[kMaxSpatial], k[kMaxSpatial];
+    int32_t q[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(qi, g.in, q);
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];

@@ -427,7 +427,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   gy.nd = s.g.nd;
   const int64_t no_pad[kMaxSpatial] = {0, 0, 0};
   for (int d = 0; d < s.g.nd; ++d) gy.in[d] = s.g.out[d];
-  finish_geometry(gy, no_pad);
+  finish_geometry(gy, no_pad);  // within 32 bits: its extents are s.g's outputs
   bool first = true;
   auto e = for_each_chunk(c, [&](int64_t n0, int64_t nc, int64_t l0, int64_t lc) -> ffi::Error {
     const int64_t M = nc * lc;

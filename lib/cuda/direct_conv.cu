@@ -47,7 +47,7 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict_
     image_coords(sh.channels_last, t, sh.o, g.out_size, n, o, l);
     divmod(o, Og, gi, oo);
     const int64_t c0 = gi * Cg;
-    int64_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+    int32_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(l, g.out, oc);
     window_origin<ND>(g, oc, origin);
 #pragma unroll
@@ -76,7 +76,7 @@ backward_data_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __res
     image_coords(sh.channels_last, t, sh.c, g.in_size, n, c, q);
     int64_t gi, j;
     divmod(c, Cg, gi, j);
-    int64_t qc[kMaxSpatial], k[kMaxSpatial];
+    int32_t qc[kMaxSpatial], k[kMaxSpatial];
     unravel<ND>(q, g.in, qc);
     for (int d = 0; d < ND; ++d) k[d] = 0;
     A acc = 0;
@@ -117,7 +117,7 @@ backward_filter_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x
       int64_t n, l;
       divmod(pos, g.out_size, n, l);
       const A dyv = static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, n, o, l, sh.o, g.out_size))));
-      int64_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+      int32_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
       unravel<ND>(l, g.out, oc);
       window_origin<ND>(g, oc, origin);
 #pragma unroll
