@@ -14,9 +14,12 @@ if(NOT CMAKE_CUDA_COMPILER)
   return()
 endif()
 
+# The wheel's folder in the environment being installed into: sysconfig's
+# purelib follows sys.prefix, which pip's isolated build environments share
+# with the target environment (their own packages live elsewhere).
 execute_process(
   COMMAND "${Python_EXECUTABLE}" -c
-    "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13'))"
+    "import os, sysconfig; print(os.path.join(sysconfig.get_paths()['purelib'], 'nvidia', 'cu13'))"
   OUTPUT_STRIP_TRAILING_WHITESPACE OUTPUT_VARIABLE cublas_wheel_dir
   RESULT_VARIABLE cublas_wheel_missing ERROR_QUIET)
 set(cublas_include "")
