@@ -24,7 +24,7 @@ from jax import lax
 from jax.interpreters import ad, batching, mlir
 
 from . import _ffi, _unfold
-from ._geometry import Window
+from ._geometry import Window, dilated
 from ._primitive import make_primitive
 from ._workspace import plan_chunks
 from ._zeros import empty_safe
@@ -440,22 +440,22 @@ def _map_images(fn, image, other, chunk):
   return out.reshape((steps * chunk, *out.shape[2:]))[:n]
 
 
-def _forward_cpu(x, w, *, spec, out_dtype):
+def _forward_cpu_images(x, w, *, spec, out_dtype):
   chunk = _cpu_images_per_chunk(x.shape, spec, np.dtype(x.dtype).itemsize)
   return _map_images(lambda a, b: _forward_cpu_chunk(a, b, spec=spec, out_dtype=out_dtype),
                      x, w, chunk)
 
 
-def _backward_data_cpu(dy, w, *, spec, out_dtype, in_spatial):
+def _backward_data_cpu_images(dy, w, *, spec, out_dtype, in_spatial):
   dx_shape = _backward_data_abstract(dy, w, spec=spec, out_dtype=out_dtype,
                                      in_spatial=in_spatial).shape
-  chunk = _cpu_images_per_chunk(dx_shape, spec, 4)
+  chunk = _cpu_images_per_chunk(dx_shape, spec, _acc_dtype(out_dtype).itemsize)
   fn = lambda a, b: _backward_data_cpu_chunk(a, b, spec=spec, out_dtype=out_dtype,
                                              in_spatial=in_spatial)
   return _map_images(fn, dy, w, chunk)
 
 
-def _backward_filter_cpu(dy, x, *, spec, out_dtype):
+def _backward_filter_cpu_images(dy, x, *, spec, out_dtype):
   n = x.shape[0]
   chunk = _cpu_images_per_chunk(x.shape, spec, np.dtype(x.dtype).itemsize)
   if chunk >= n:
@@ -470,6 +470,66 @@ def _backward_filter_cpu(dy, x, *, spec, out_dtype):
 
   zero = jnp.zeros(_backward_filter_abstract(dy, x, spec=spec, out_dtype=acc).shape, acc)
   total, _ = lax.scan(step, zero, (pad(dy), pad(x)))
+  return total.astype(out_dtype)
+
+
+def _row_chunks(spec, image_shape, item):
+  """When one image's columns exceed the cap: (r0, rows, spec) for windows
+  that compute output rows [r0, r0 + rows) of the first spatial dimension,
+  each under the cap (None when no such split is needed). Each window is the
+  original one moved by a lower low padding, so it needs no new kernels."""
+  cl, w = spec.channels_last, spec.window
+  in_spatial = _unfold.image_spatial(image_shape, cl)
+  out_spatial = w.output_spatial(in_spatial)
+  row_bytes = (_unfold.image_channels(image_shape, cl) * w.kernel_size
+               * int(np.prod(out_spatial[1:], dtype=np.int64)) * item)
+  if row_bytes * out_spatial[0] <= spec.workspace_limit or out_spatial[0] <= 1:
+    return None
+  rows = max(1, spec.workspace_limit // max(1, row_bytes))
+  window0 = dilated(w.kernel[0], w.rhs_dilation[0])
+  span0 = dilated(in_spatial[0], w.lhs_dilation[0])
+  chunks = []
+  for r0 in range(0, out_spatial[0], rows):
+    r = min(rows, out_spatial[0] - r0)
+    lo = w.padding[0][0] - r0 * w.stride[0]
+    hi = (r - 1) * w.stride[0] + window0 - span0 - lo
+    moved = dataclasses.replace(w, padding=((lo, hi),) + w.padding[1:])
+    chunks.append((r0, r, dataclasses.replace(spec, window=moved)))
+  return chunks
+
+
+def _rows(y, r0, r, spec):
+  return lax.slice_in_dim(y, r0, r0 + r, axis=1 if spec.channels_last else 2)
+
+
+def _forward_cpu(x, w, *, spec, out_dtype):
+  chunks = _row_chunks(spec, x.shape, np.dtype(x.dtype).itemsize)
+  if chunks is None:
+    return _forward_cpu_images(x, w, spec=spec, out_dtype=out_dtype)
+  parts = [_forward_cpu_images(x, w, spec=s, out_dtype=out_dtype) for _, _, s in chunks]
+  return jnp.concatenate(parts, axis=1 if spec.channels_last else 2)
+
+
+def _backward_data_cpu(dy, w, *, spec, out_dtype, in_spatial):
+  dx_shape = _backward_data_abstract(dy, w, spec=spec, out_dtype=out_dtype,
+                                     in_spatial=in_spatial).shape
+  chunks = _row_chunks(spec, dx_shape, _acc_dtype(out_dtype).itemsize)  # columns in acc dtype
+  if chunks is None:
+    return _backward_data_cpu_images(dy, w, spec=spec, out_dtype=out_dtype,
+                                     in_spatial=in_spatial)
+  acc = _acc_dtype(out_dtype)
+  total = sum(_backward_data_cpu_images(_rows(dy, r0, r, spec), w, spec=s, out_dtype=acc,
+                                        in_spatial=in_spatial) for r0, r, s in chunks)
+  return total.astype(out_dtype)
+
+
+def _backward_filter_cpu(dy, x, *, spec, out_dtype):
+  chunks = _row_chunks(spec, x.shape, np.dtype(x.dtype).itemsize)
+  if chunks is None:
+    return _backward_filter_cpu_images(dy, x, spec=spec, out_dtype=out_dtype)
+  acc = _acc_dtype(out_dtype)
+  total = sum(_backward_filter_cpu_images(_rows(dy, r0, r, spec), x, spec=s, out_dtype=acc)
+              for r0, r, s in chunks)
   return total.astype(out_dtype)
 
 

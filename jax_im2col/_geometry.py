@@ -55,14 +55,8 @@ def padding_pairs(padding, nd: int, name: str = "padding") -> tuple[tuple[int, i
     try:
       v = operator.index(item)
       pairs.append((v, v))
-      continue
     except TypeError:
-      pass
-    try:
-      lo, hi = (operator.index(v) for v in item)
-    except (TypeError, ValueError):
-      raise TypeError(f"{name} entries must be ints or (low, high) pairs of ints, got {padding!r}") from None
-    pairs.append((lo, hi))
+      pairs.append(_pair(item, padding, name))
   return tuple(pairs)
 
 
@@ -101,14 +95,15 @@ def resolve_padding(padding, in_spatial: Sequence[int], kernel: Sequence[int],
     raise TypeError(f"{name} must be a string or a sequence of (low, high) pairs, got {padding!r}") from None
   if len(items) != nd:
     raise ValueError(f"{name} must have {nd} (low, high) pairs, got {padding!r}")
-  pairs = []
-  for item in items:
-    try:
-      lo, hi = (operator.index(v) for v in item)
-    except (TypeError, ValueError):
-      raise TypeError(f"{name} must be a sequence of (low, high) pairs of ints, got {padding!r}") from None
-    pairs.append((lo, hi))
-  return tuple(pairs)
+  return tuple(_pair(item, padding, name) for item in items)
+
+
+def _pair(item, padding, name: str) -> tuple[int, int]:
+  try:
+    lo, hi = (operator.index(v) for v in item)
+  except (TypeError, ValueError):
+    raise TypeError(f"{name}: expected (low, high) pairs of ints, got {padding!r}") from None
+  return lo, hi
 
 
 @dataclasses.dataclass(frozen=True)

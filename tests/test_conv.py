@@ -529,6 +529,26 @@ def test_workspace_limit_forces_chunking_in_the_lowering():
   assert (images, chunk) == (2, positions)
 
 
+def test_cpu_splits_one_image_into_row_chunks_under_the_cap():
+  """On the CPU, an image whose columns exceed the cap is unfolded in chunks of
+  output rows (each under the cap), in the forward pass and both gradients."""
+  x, w, kw = _ws_args(WS_CASES["positions"])
+  row_bytes = 3 * 9 * 18 * 8  # C * K * positions per output row * 8 bytes
+  loss = lambda f: (lambda x, w: jnp.sum(jnp.sin(f(x, w, **kw))))
+  with jax_im2col.workspace_limit(3 * row_bytes):
+    fn = jax.value_and_grad(loss(conv), (0, 1))
+    text = jax.jit(fn).lower(x, w).as_text()
+    got = jax.jit(fn)(x, w)
+  want = jax.value_and_grad(loss(lax.conv_general_dilated), (0, 1))(x, w)
+  # 41 output rows in chunks of 3: 14 unfolds for the forward pass, 14 for the
+  # filter gradient, 14 folds for the input gradient
+  assert text.count("jax_im2col_unfold") >= 2 * 14
+  assert text.count("jax_im2col_fold") >= 14
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+  for g, r in zip(got[1], want[1]):
+    np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
+
+
 def test_changing_the_cap_retraces_jitted_functions():
   """_workspace.py: 'The cap is read at trace time and becomes part of the
   traced computation, so changing it retraces.'"""

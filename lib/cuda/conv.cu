@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <type_traits>
 #include <string>
+#include <utility>
 
 #include "../conv_workspace.h"
 #include "../ffi_window.h"
@@ -248,6 +249,21 @@ ffi::Error check_workspace(const ffi::AnyBuffer& ws, size_t cols_elems, size_t c
   return ffi::Error::Success();
 }
 
+// A cuBLAS handle bound to the call's stream and workspace, and the GEMM
+// settings of the call; the handle returns to the pool with the session.
+struct GemmSession {
+  BlasLease lease;
+  Gemm gemm;
+};
+
+ffi::ErrorOr<GemmSession> start_gemm(const Context& c, int32_t device, DataType in) {
+  auto lease = BlasLease::borrow(device, c.stream, c.ws_base + c.ws.blas, kBlasWorkspaceBytes);
+  if (lease.has_error()) return ffi::Unexpected<ffi::Error>(lease.error());
+  const Gemm gemm{lease->get(), c.stream, reinterpret_cast<void**>(c.ws_base + c.ws.pointers),
+                  gemm_types(in, c.a.precision)};
+  return GemmSession{std::move(lease.value()), gemm};
+}
+
 template <typename Body>
 ffi::Error for_each_chunk(const Context& c, Body body) {
   const int64_t N = c.s.image.n, L = c.s.g.out_size;
@@ -285,10 +301,9 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const size_t cols_elems = s.identity ? 0 : a.chunk_images * C * K * a.chunk_positions;
   if (auto e = check_workspace(*workspace, cols_elems, ffi::ByteWidth(in), 0, 0, 0, &c); e.failure())
     return e;
-  auto lease = BlasLease::borrow(device, stream, c.ws_base + c.ws.blas, kBlasWorkspaceBytes);
-  if (lease.has_error()) return lease.error();
-  const Gemm gm{lease->get(), stream, reinterpret_cast<void**>(c.ws_base + c.ws.pointers),
-                gemm_types(in, a.precision)};
+  auto session = start_gemm(c, device, in);
+  if (session.has_error()) return session.error();
+  const Gemm& gm = session->gemm;
   void* cols = c.ws_base + c.ws.cols;
   const int64_t in_size = s.g.in_size;
   return for_each_chunk(c, [&](int64_t n0, int64_t nc, int64_t l0, int64_t lc) -> ffi::Error {
@@ -347,10 +362,9 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   if (auto e = check_workspace(*workspace, cols_elems, ffi::ByteWidth(cols_type), 0, 0, 0, &c);
       e.failure())
     return e;
-  auto lease = BlasLease::borrow(device, stream, c.ws_base + c.ws.blas, kBlasWorkspaceBytes);
-  if (lease.has_error()) return lease.error();
-  const Gemm gm{lease->get(), stream, reinterpret_cast<void**>(c.ws_base + c.ws.pointers),
-                gemm_types(in, a.precision)};
+  auto session = start_gemm(c, device, in);
+  if (session.has_error()) return session.error();
+  const Gemm& gm = session->gemm;
   void* cols = c.ws_base + c.ws.cols;
   const size_t ein = ffi::ByteWidth(in);
   return for_each_chunk(c, [&](int64_t n0, int64_t nc, int64_t l0, int64_t lc) -> ffi::Error {
@@ -412,10 +426,9 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const size_t ein = ffi::ByteWidth(in);
   if (auto e = check_workspace(*workspace, cols_elems, ein, dyt_elems, ein, acc_elems, &c); e.failure())
     return e;
-  auto lease = BlasLease::borrow(device, stream, c.ws_base + c.ws.blas, kBlasWorkspaceBytes);
-  if (lease.has_error()) return lease.error();
-  const Gemm gm{lease->get(), stream, reinterpret_cast<void**>(c.ws_base + c.ws.pointers),
-                gemm_types(in, a.precision)};
+  auto session = start_gemm(c, device, in);
+  if (session.has_error()) return session.error();
+  const Gemm& gm = session->gemm;
   void* cols = c.ws_base + c.ws.cols;
   void* dyt = c.ws_base + c.ws.dyt;
   const DataType acc_type = is_half(in) ? DataType::F32 : in;
