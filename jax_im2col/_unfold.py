@@ -65,15 +65,25 @@ unfold_p.def_abstract_eval(_unfold_abstract)
 fold_p.def_abstract_eval(_fold_abstract)
 
 
+def _reshape_lowering(ctx, operand):
+  """A 1x1 window with unit stride and no padding or dilation: columns and
+  image hold the same elements in the same order, so either way is a reshape."""
+  shape = ctx.avals_out[0].shape
+  return mlir.lower_fun(lambda v: v.reshape(shape), multiple_results=False)(ctx, operand)
+
+
 @empty_safe
 def _unfold_lowering(ctx, x, *, window, channels_last):
+  if window.is_identity(image_spatial(ctx.avals_in[0].shape, channels_last)):
+    return _reshape_lowering(ctx, x)
   return jax.ffi.ffi_lowering(_ffi.UNFOLD)(ctx, x, channels_last=channels_last,
                                            **window.ffi_attributes())
 
 
 @empty_safe
 def _fold_lowering(ctx, cols, *, window, channels_last, spatial):
-  del spatial  # the result buffer's shape carries it
+  if window.is_identity(spatial):
+    return _reshape_lowering(ctx, cols)
   return jax.ffi.ffi_lowering(_ffi.FOLD)(ctx, cols, channels_last=channels_last,
                                          **window.ffi_attributes())
 
