@@ -10,6 +10,7 @@
 #
 # Optional environment:
 #   SKIP_BUILD=1   use the jax_im2col already installed (a warm machine)
+#   SKIP_MAIN=1    skip `python -m jax_im2col`
 #   SKIP_SMOKE=1   skip benchmarks/gpu_smoke.py
 #   SKIP_TESTS=1   skip pytest
 #   SKIP_BENCH=1   skip the benchmark
@@ -67,6 +68,16 @@ step "import check"
 import_line=$(cd / && python3 -c "import jax, jax_im2col as j; print(jax.devices(), 'has_cuda', j.has_cuda(), \
 'conv', hasattr(j, 'conv_general_dilated'), 'cuda_error', j._ffi.cuda_import_error)" 2>&1 | tail -n 3)
 echo "$import_line"
+
+# ---------------------------------------------------------------- main job
+# `python -m jax_im2col`: every backend against lax, with timings (appended to env.txt).
+if [ "${SKIP_MAIN:-0}" != 1 ]; then
+  step "python -m jax_im2col -> env.txt"
+  (cd / && timeout -k 10 120 python3 -m jax_im2col --repeats 5) >> "$OUT/env.txt" 2>&1
+  main_rc=$?
+  step "main job rc=$main_rc"
+  tail -n 16 "$OUT/env.txt"
+fi
 
 # ---------------------------------------------------------------- tests
 smoke_rc=skipped
