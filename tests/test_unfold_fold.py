@@ -480,28 +480,15 @@ def _stack_along(rng, shape, axis, size=3):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("op", ["unfold", "fold"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
 @pytest.mark.parametrize("case", FIXED_CASES)
-def test_vmap_unfold_over_every_axis(platform, layout, batched, case):
+def test_vmap_over_every_axis(platform, op, layout, batched, case):
   rng = case.rng()
-  shape = case.image_shape(layout)[0 if batched else 1:]
-  f = functools.partial(case.unfold, layout=layout)
-  with on_platform(platform):
-    for axis in range(len(shape) + 1):
-      parts, stacked = _stack_along(rng, shape, axis)
-      got = jax.vmap(f, in_axes=axis)(jnp.asarray(stacked))
-      assert_bits_equal(got, np.stack([np.asarray(f(jnp.asarray(p))) for p in parts]))
-
-
-@pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
-@pytest.mark.parametrize("case", FIXED_CASES)
-def test_vmap_fold_over_every_axis(platform, layout, batched, case):
-  rng = case.rng()
-  shape = case.cols_shape(layout)[0 if batched else 1:]
-  f = functools.partial(case.fold, layout=layout)
+  operand_shape = case.image_shape(layout) if op == "unfold" else case.cols_shape(layout)
+  shape = operand_shape[0 if batched else 1:]
+  f = functools.partial(getattr(case, op), layout=layout)
   with on_platform(platform):
     for axis in range(len(shape) + 1):
       parts, stacked = _stack_along(rng, shape, axis)
