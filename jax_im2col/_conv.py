@@ -132,7 +132,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
   w = _transpose(rhs, rhs_perm)
   if batch_groups > 1:  # batch groups become feature groups over stacked channels
     x = x.reshape((batch_groups, n // batch_groups, *x.shape[1:]))
-    x = P._images_into_channels(x, channels_last)
+    x = P.images_into_channels(x, channels_last)
     groups = batch_groups
 
   out_dtype = np.dtype(lhs.dtype if preferred_element_type is None

@@ -163,7 +163,7 @@ def _images_into_n(v):
   return v.reshape((b * n, *v.shape[2:]))
 
 
-def _images_into_channels(v, cl):
+def images_into_channels(v, cl):
   """(B, N, ...) -> (N, ..., B*C) on the channel axis."""
   b, n = v.shape[:2]
   if cl:
@@ -173,7 +173,7 @@ def _images_into_channels(v, cl):
   return v.reshape((n, b * v.shape[2], *v.shape[3:]))
 
 
-def _images_from_channels(v, b, cl):
+def images_from_channels(v, b, cl):
   """(N, ..., B*C) -> (B, N, ..., C)."""
   if cl:
     v = v.reshape((*v.shape[:-1], b, v.shape[-1] // b))
@@ -210,16 +210,16 @@ def _batch_rule(prim):
       w = args[1]
       out = prim.bind(args[0], w.reshape((b * w.shape[1], *w.shape[2:])), spec=spec,
                       out_dtype=out_dtype, **extra)
-      return _images_from_channels(out, b, cl), 0
+      return images_from_channels(out, b, cl), 0
     new = []
     for a, m, role in zip(args, mapped, image_roles):
       a = a if m else _broadcast(a, b)
-      new.append(_images_into_channels(a, cl) if role == "image" else
+      new.append(images_into_channels(a, cl) if role == "image" else
                  a.reshape((b * a.shape[1], *a.shape[2:])))
     out = prim.bind(*new, spec=spec.with_groups(spec.groups * b), out_dtype=out_dtype, **extra)
     if prim is conv_backward_filter_p:
       return out.reshape((b, out.shape[0] // b, *out.shape[1:])), 0
-    return _images_from_channels(out, b, cl), 0
+    return images_from_channels(out, b, cl), 0
 
   return rule
 
@@ -284,17 +284,13 @@ def _direct_call(target, ctx, a, b, spec):
                     algorithm=ALGORITHM_DIRECT)
 
 
-def _identity(spec, image_aval):
-  return spec.window.is_identity(_unfold.image_spatial(image_aval.shape, spec.channels_last))
-
-
 @empty_safe
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
   if _algorithm(spec, *_channels(spec, xa, ya)) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
   item = np.dtype(xa.dtype).itemsize
-  plan = _plan(ctx, spec, xa, ya, columns=0 if _identity(spec, xa) else item,
+  plan = _plan(ctx, spec, xa, ya, columns=0 if spec.window.is_identity else item,
                transposed_dy=False, accumulator=False)
   return _gemm_call(_ffi.CONV_FORWARD, ctx, x, w, spec, plan)
 
@@ -306,7 +302,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   dtype = np.dtype(dya.dtype)
   cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32
-  plan = _plan(ctx, spec, dxa, dya, columns=0 if _identity(spec, dxa) else cols_item,
+  plan = _plan(ctx, spec, dxa, dya, columns=0 if spec.window.is_identity else cols_item,
                transposed_dy=False, accumulator=False)
   return _gemm_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, plan)
 
@@ -330,7 +326,7 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
                       positions=per_slice, workspace_bytes=slices * o * taps * acc,
                       algorithm=ALGORITHM_DIRECT)
-  no_columns = _identity(spec, xa) and spec.channels_last
+  no_columns = spec.window.is_identity and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
                transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)
   return _gemm_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)

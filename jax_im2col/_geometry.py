@@ -138,7 +138,8 @@ class Window:
                for n, k, r, l, (lo, hi) in zip(in_spatial, self.kernel, self.rhs_dilation,
                                                self.lhs_dilation, self.padding))
 
-  def is_identity(self, in_spatial: Sequence[int]) -> bool:
+  @property
+  def is_identity(self) -> bool:
     """A 1x1 window, unit stride, no padding or lhs dilation: columns == input."""
     return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.stride)
             and all(l == 1 for l in self.lhs_dilation)

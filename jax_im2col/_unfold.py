@@ -74,7 +74,7 @@ def _reshape_lowering(ctx, operand):
 
 @empty_safe
 def _unfold_lowering(ctx, x, *, window, channels_last):
-  if window.is_identity(image_spatial(ctx.avals_in[0].shape, channels_last)):
+  if window.is_identity:
     return _reshape_lowering(ctx, x)
   return jax.ffi.ffi_lowering(_ffi.UNFOLD)(ctx, x, channels_last=channels_last,
                                            **window.ffi_attributes())
@@ -82,7 +82,7 @@ def _unfold_lowering(ctx, x, *, window, channels_last):
 
 @empty_safe
 def _fold_lowering(ctx, cols, *, window, channels_last, spatial):
-  if window.is_identity(spatial):
+  if window.is_identity:
     return _reshape_lowering(ctx, cols)
   return jax.ffi.ffi_lowering(_ffi.FOLD)(ctx, cols, channels_last=channels_last,
                                          **window.ffi_attributes())

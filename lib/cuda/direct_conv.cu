@@ -216,6 +216,8 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
       using A = typename Acc<T>::type;
       const size_t smem = static_cast<size_t>(taps) * kThreads * sizeof(A);
       if (smem > 48 * 1024) {
+        // Per call, not cached: the attribute belongs to the current device's
+        // context, and a call may run on any device. It is a cheap host call.
         const cudaError_t e = cudaFuncSetAttribute(backward_filter_partial_kernel<ND, T, A>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem));
