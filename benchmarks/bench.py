@@ -13,12 +13,20 @@ gradient), ours next to XLA and torch; then a few cases reported slow in XLA
 tables with geometric means) and DIR/bench.png (ours/XLA per shape), and
 prints a compact summary table last.
 
-Timing: everything jitted (compiled ahead of time, which also gives XLA's
+Timing measures device time, the same way for every implementation and for
+the ceilings: everything jitted (compiled ahead of time, which also gives XLA's
 temporary-memory figure), random normal inputs, warm-up, then the median of
-repeats. A repeat runs the op `inner` times back to back (enough for about a
-millisecond, so that launch gaps hide behind device work) and is timed with
-block_until_ready (JAX) or CUDA events (torch); inputs rotate among 3 sets
-when they are under 100 MB, so that repeats do not read their inputs from L2.
+repeats of time / R. A repeat runs the op R times, about a millisecond of
+device work (at most max_inner calls): JAX runs the R calls chained in one
+compiled program (each call's arguments pass through an optimization_barrier
+together with the previous call's outputs, so XLA cannot merge, hoist or
+reorder calls), timed with block_until_ready; torch on a GPU replays a CUDA
+graph of the R calls timed with CUDA events (CUDA events around R eager calls
+where an op cannot be captured; `method` in each record says which), on the
+CPU a host clock. The chain and the graph keep every output of a repeat (XLA
+would otherwise drop all calls but the last as dead code). Inputs rotate among
+3 sets when they are under 100 MB, so that consecutive calls do not read their
+inputs from L2.
 A failure is recorded as an error string and the run goes on; past
 --deadline-s the rest is recorded as skipped; on SIGTERM the files are written
 with what was measured.
@@ -27,8 +35,10 @@ with what was measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import functools
 import gc
 import json
 import math
@@ -48,6 +58,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
+try:
+  from jax.experimental.layout import Layout, with_layout_constraint  # noqa: E402
+except ImportError:  # layouts are then left to XLA (see _row_major)
+  Layout = with_layout_constraint = None
 
 import jax_im2col as J  # noqa: E402
 
@@ -209,8 +223,9 @@ class TimingConfig:
   min_reps: int = 10
   max_reps: int = 40
   budget_s: float = 0.2  # per measurement, after warm-up
-  rep_target_s: float = 1e-3  # run `inner` calls per repeat, about this long
-  max_inner: int = 64
+  rep_target_s: float = 5e-3  # a repeat runs R calls, about this long on the device
+  max_inner: int = 128  # R at most
+  max_chain_bytes: int = 8 << 30  # R at most this over the output bytes of one call (every output is kept)
 
 
 def _summary(samples: list, inner: int) -> dict:
@@ -218,34 +233,199 @@ def _summary(samples: list, inner: int) -> dict:
   return dict(ms=statistics.median(ms), min_ms=ms[0], max_ms=ms[-1], reps=len(ms), inner=inner)
 
 
-def _inner_count(est_s: float, cfg: TimingConfig) -> int:
-  return max(1, min(cfg.max_inner, int(cfg.rep_target_s / max(est_s, 1e-7))))
+def _inner_count(est_s: float, cfg: TimingConfig, cap: int) -> int:
+  return max(1, min(cfg.max_inner, cap, int(cfg.rep_target_s / max(est_s, 1e-7))))
 
 
-def time_jax(fn: Callable, arg_sets: list, cfg: TimingConfig) -> dict:
-  """Median seconds per call of a compiled JAX function, rotating argument sets."""
+def _calibrate(build: Callable, est_s: float, out_bytes: int, cfg: TimingConfig) -> tuple:
+  """(R, rep): `build(R)` returns `rep()`, which runs R calls and returns their device seconds.
 
-  def call(i):
-    return fn(*arg_sets[i % len(arg_sets)])
+  The first estimate (one call on the host clock) includes the dispatch cost, so
+  for small ops it asks for too few calls; the warm-up repeats of the built
+  runner measure device time, and R is raised once if they show room.
+  """
+  cap = max(1, cfg.max_chain_bytes // max(out_bytes, 1))
+  r = _inner_count(est_s, cfg, cap)
+  rep = build(r)
+  per_call = min(rep() for _ in range(max(cfg.warmup, 1))) / r
+  better = _inner_count(per_call, cfg, cap)
+  if better >= 2 * r:
+    r, rep = better, build(better)
+    rep()
+  return r, rep
 
-  for i in range(cfg.warmup):
-    jax.block_until_ready(call(i))
-  t0 = time.perf_counter()
-  jax.block_until_ready(call(0))
-  inner = _inner_count(time.perf_counter() - t0, cfg)
+
+def _sample(rep: Callable, r: int, cfg: TimingConfig) -> list:
+  """Seconds per call of repeats of `rep`, within min/max reps and the budget."""
   samples, start = [], time.perf_counter()
   while len(samples) < cfg.max_reps and (len(samples) < cfg.min_reps or time.perf_counter() - start < cfg.budget_s):
+    samples.append(rep() / r)
+  return samples
+
+
+@functools.lru_cache(maxsize=8)
+def _chain(fn: Callable, r: int) -> Callable:
+  """jit of `r` calls of the traceable `fn` in one program; call i takes argument set i % len(arg_sets).
+
+  The arguments of call i pass through an optimization_barrier together with the
+  outputs of call i-1, and call i takes the barrier's copy of its arguments: XLA
+  can then neither merge calls on the same set (CSE), hoist them, nor reorder
+  them. The barrier's copies of the earlier outputs are returned as well: XLA's
+  algebraic simplifier prunes unused barrier outputs, and the call that made
+  them would then be dead code. So all r outputs stay live (r x the output
+  memory of one call, bounded by TimingConfig.max_chain_bytes).
+  """
+
+  def chained(arg_sets):
+    out, earlier = None, []
+    for i in range(r):
+      args = arg_sets[i % len(arg_sets)]
+      if i:
+        args, prev = lax.optimization_barrier((args, out))
+        args = _row_major(args)
+        earlier.append(prev)
+      out = _row_major(fn(*args))
+    return out, earlier
+
+  return jax.jit(chained)
+
+
+def _row_major(tree):
+  """Pins the default layout, that of a single call's arguments and results.
+
+  Values crossing a barrier have no layout constraint otherwise: XLA can then
+  give a call's result another layout and add a copy per call (seen on XLA:CPU
+  for bf16 convolutions), or move a call's input transposes before the barrier,
+  where calls on the same argument set would share them.
+  """
+  if with_layout_constraint is None:
+    return tree
+  return jax.tree.map(lambda x: with_layout_constraint(x, Layout(tuple(range(x.ndim)))), tree)
+
+
+def _chain_compile_options() -> dict:
+  # XLA:CPU expands the barriers before its last CSE pass, which would merge calls
+  # on the same argument set; XLA:GPU expands them only after scheduling. (XLA:CPU
+  # also runs calls that share no buffer concurrently on several cores, so on the
+  # CPU per-call times of long chains can read low; XLA:GPU keeps stream order.)
+  return {"xla_disable_hlo_passes": "cse_barrier_expander"} if jax.default_backend() == "cpu" else {}
+
+
+_HEAVY_OPS = (" custom-call(", " convolution(", " dot(")
+
+
+def _op_count(compiled) -> int | None:
+  """Library calls and contractions in the optimized HLO (else fusions), to check that a chain holds R calls.
+
+  Elementwise fusions are counted only where there is nothing else: layout
+  copies around a call can differ between a single call and a chain.
+  """
+  try:
+    text = compiled.as_text()
+  except Exception:  # noqa: BLE001
+    return None
+  return sum(text.count(op) for op in _HEAVY_OPS) or text.count(" fusion(") or None
+
+
+def time_jax(fn: Callable, arg_sets: list, cfg: TimingConfig, compiled=None) -> dict:
+  """Median device seconds per call of a jitted (traceable) function, rotating argument sets.
+
+  A repeat runs R calls chained in one compiled program (_chain), so per-call
+  host dispatch does not count; `compiled` (one call, compiled ahead of time)
+  serves warm-up and the first estimate.
+  """
+  compiled = compiled or fn.lower(*arg_sets[0]).compile()
+
+  def call(i):
+    return compiled(*arg_sets[i % len(arg_sets)])
+
+  for i in range(cfg.warmup):
+    out = jax.block_until_ready(call(i))
+  out_bytes = sum(x.nbytes for x in jax.tree.leaves(out))
+  del out
+  t0 = time.perf_counter()
+  jax.block_until_ready(call(0))
+  est = time.perf_counter() - t0
+  info = dict(method="chain", chain_compile_s=0.0)
+
+  def build(r):
+    if r == 1:
+      run = lambda sets: compiled(*sets[0])
+    else:
+      t0 = time.perf_counter()
+      run = _chain(fn, r).lower(arg_sets).compile(_chain_compile_options())
+      info["chain_compile_s"] += time.perf_counter() - t0
+      ops, ops1 = _op_count(run), _op_count(compiled)
+      if ops and ops1:
+        info["chain_calls"] = ops / ops1  # R when every call survived compilation
+
+    def rep():
+      t0 = time.perf_counter()
+      jax.block_until_ready(run(arg_sets))
+      return time.perf_counter() - t0
+
+    return rep
+
+  r, rep = _calibrate(build, est, out_bytes, cfg)
+  if info.get("chain_calls", r) < 0.9 * r:
+    info["warning"] = f"the chain of {r} calls compiled to about {info['chain_calls']:.1f}"
+    print(f"WARNING: {info['warning']}", file=sys.stderr)
+  return dict(_summary(_sample(rep, r, cfg), r), **info)
+
+
+def _torch_nbytes(out) -> int:
+  leaves = out if isinstance(out, (tuple, list)) else [out]
+  return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _eager(call: Callable, r: int) -> Callable:
+  def launch():
+    for j in range(r):
+      call(j)
+
+  return launch
+
+
+def _host_clock(launch: Callable) -> Callable:
+  def rep():
     t0 = time.perf_counter()
-    for j in range(inner):
-      out = call(j)
-    jax.block_until_ready(out)  # one stream: the last call done means all are
-    samples.append((time.perf_counter() - t0) / inner)
-    del out
-  return _summary(samples, inner)
+    launch()
+    return time.perf_counter() - t0
+
+  return rep
+
+
+def _events(launch: Callable) -> Callable:
+  """rep() timing `launch()` with CUDA events on the current stream."""
+
+  def rep():
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ev0.record()
+    launch()
+    ev1.record()
+    ev1.synchronize()
+    return ev0.elapsed_time(ev1) * 1e-3
+
+  return rep
+
+
+def _graph_runner(call: Callable, r: int) -> Callable:
+  """Replays of a CUDA graph of `r` calls, captured on the current stream."""
+  graph = torch.cuda.CUDAGraph()
+  with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+    outs = [call(j) for j in range(r)]  # kept during capture, as the JAX chain keeps every output
+  del outs  # the graph's memory pool keeps their memory
+  return _events(graph.replay)
 
 
 def time_torch(fn: Callable, arg_sets: list, cfg: TimingConfig) -> dict:
-  """Median seconds per call of a torch function: CUDA events on a GPU, else a host clock."""
+  """Median device seconds per call of a torch function.
+
+  On a GPU: replays of a CUDA graph of R calls timed with CUDA events, or, when
+  the op cannot be captured, CUDA events around R eager calls; else a host
+  clock. Runs on the current stream, a side stream on a GPU (see run_torch),
+  where the warm-up before capture has to run.
+  """
   cuda = TORCH_DEVICE is not None and TORCH_DEVICE.type == "cuda"
   sync = torch.cuda.synchronize if cuda else (lambda: None)
 
@@ -253,28 +433,37 @@ def time_torch(fn: Callable, arg_sets: list, cfg: TimingConfig) -> dict:
     return fn(*arg_sets[i % len(arg_sets)])
 
   for i in range(cfg.warmup):
-    call(i)
+    out = call(i)
   sync()
+  out_bytes = _torch_nbytes(out)
+  del out
   t0 = time.perf_counter()
   call(0)
   sync()
-  inner = _inner_count(time.perf_counter() - t0, cfg)
-  samples, start = [], time.perf_counter()
-  while len(samples) < cfg.max_reps and (len(samples) < cfg.min_reps or time.perf_counter() - start < cfg.budget_s):
-    if cuda:
-      ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-      ev0.record()
-      for j in range(inner):
-        call(j)
-      ev1.record()
-      ev1.synchronize()
-      samples.append(ev0.elapsed_time(ev1) * 1e-3 / inner)
-    else:
-      t0 = time.perf_counter()
-      for j in range(inner):
-        call(j)
-      samples.append((time.perf_counter() - t0) / inner)
-  return _summary(samples, inner)
+  est = time.perf_counter() - t0
+  info = dict(method="host" if not cuda else "graph")
+  if not cuda:
+    r, rep = _calibrate(lambda r: _host_clock(_eager(call, r)), est, out_bytes, cfg)
+  else:
+    try:
+      r, rep = _calibrate(lambda r: _graph_runner(call, r), est, out_bytes, cfg)
+    except Exception as e:  # noqa: BLE001  (capture is not supported by every op)
+      torch.cuda.synchronize()
+      info = dict(method="events", graph_error=f"{type(e).__name__}: {e}"[:300])
+      r, rep = _calibrate(lambda r: _events(_eager(call, r)), est, out_bytes, cfg)
+  return dict(_summary(_sample(rep, r, cfg), r), **info)
+
+
+def timing_methods() -> dict:
+  """How each implementation is timed, for the metadata and the report."""
+  torch_method = ("not installed" if torch is None else
+                  "CUDA graph of R calls, replays timed with CUDA events (events around R eager calls "
+                  "where capture fails: `method` of the record)" if TORCH_DEVICE.type == "cuda" else
+                  "host clock around R calls")
+  return dict(jax="R calls chained in one compiled program (each call's arguments pass through an "
+                  "optimization_barrier with the previous call's outputs), block_until_ready",
+              torch=torch_method, per_repeat=f"R calls for about {TimingConfig.rep_target_s * 1e3:g} ms "
+                                            "of device time, R <= max_inner; median over repeats of time / R")
 
 
 # ----------------------------------------------------------------------------- data
@@ -289,10 +478,11 @@ def _on_sigterm(signum, frame):
 
 
 TORCH_DEVICE = None
+TORCH_STREAM = None  # on a GPU: the side stream that torch ops run on (CUDA graphs are captured on one)
 
 
 def setup_torch():
-  global TORCH_DEVICE
+  global TORCH_DEVICE, TORCH_STREAM
   if torch is None:
     return
   TORCH_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -300,6 +490,7 @@ def setup_torch():
   if TORCH_DEVICE.type == "cpu":
     torch.set_num_threads(1)  # torch's and XLA's thread pools on shared cores stall each other
   else:
+    TORCH_STREAM = torch.cuda.Stream()
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -412,14 +603,15 @@ class Bench:
 
     def thunk():
       t0 = time.perf_counter()
-      compiled = jax.jit(fn).lower(*arg_sets[0]).compile()
+      jitted = jax.jit(fn)
+      compiled = jitted.lower(*arg_sets[0]).compile()
       fields = dict(compile_s=time.perf_counter() - t0)
       try:
         temp = compiled.memory_analysis().temp_size_in_bytes
         fields["temp_mb"] = temp / 2**20
       except Exception:  # noqa: BLE001  (not every backend reports it)
         pass
-      fields.update(time_jax(compiled, arg_sets, self.cfg))
+      fields.update(time_jax(jitted, arg_sets, self.cfg, compiled))
       return fields
 
     return self._guard(base, impl, thunk)
@@ -430,7 +622,9 @@ class Bench:
       return self.skip(base, impl, "torch not installed")
 
     def thunk():
-      with torch.set_grad_enabled(grad):
+      # On the side stream from the inputs on: a backward runs on its forward's stream.
+      stream = torch.cuda.stream(TORCH_STREAM) if TORCH_STREAM is not None else contextlib.nullcontext()
+      with torch.set_grad_enabled(grad), stream:
         fn, arg_sets = make()
         return time_torch(fn, arg_sets, self.cfg)
 
@@ -645,7 +839,7 @@ OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex"
 
 def measure_ceilings(b: Bench, quick: bool):
   gpu = jax.default_backend() != "cpu"
-  n_copy = (64 << 20 if quick else 256 << 20) if gpu else 8 << 20  # float32 elements
+  n_copy = (64 << 20) if gpu else 8 << 20  # float32 elements (256 MB: a chain of several fits)
   moved = 2 * n_copy * 4
   base = dict(section="ceiling", case="copy", dtype="f32", layout="", bytes=moved)
   sets = b.data.sets([(n_copy,)], jnp.float32)
@@ -886,7 +1080,10 @@ def markdown(b: Bench, meta: dict) -> str:
   lines = [f"## Benchmark: {meta['device']} ({meta['date']})", "",
            f"jax {meta['versions'].get('jax')}, jaxlib {meta['versions'].get('jaxlib')}, "
            f"torch {meta['versions'].get('torch')}, CUDA {meta.get('cuda') or '-'}"
-           f"{', --quick (shrunk shapes)' if b.args.quick else ''}. Median ms over repeats after warm-up; "
+           f"{', --quick (shrunk shapes)' if b.args.quick else ''}. Device ms per call, median over repeats "
+           f"after warm-up; a repeat runs R calls (about {b.cfg.rep_target_s * 1e3:g} ms): JAX chains them in "
+           "one compiled program (optimization_barrier between calls), torch "
+           f"{'replays a CUDA graph of them (CUDA events)' if meta.get('torch_device') == 'cuda' else 'calls them on a host clock'}. "
            "ours/peer < 1 means jax_im2col is faster. `xla` is jit(lax...) at DEFAULT precision "
            f"{'(TF32 for f32 on this GPU)' if meta['backend'] == 'gpu' else ''}, `_hi` at HIGHEST; torch "
            f"{'runs cudnn.benchmark with TF32 allowed' if meta.get('torch_device') == 'cuda' else 'runs on the CPU, one thread'}. "
@@ -960,7 +1157,7 @@ def metadata(args) -> dict:
   meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               device=device_name(), backend=jax.default_backend(), host=platform.node(),
               python=platform.python_version(), versions=versions, argv=sys.argv[1:],
-              jax_im2col_has_cuda=J.has_cuda(), ours_conv_available=OURS_CONV is not None,
+              jax_im2col_has_cuda=J.has_cuda(), ours_conv_available=OURS_CONV is not None, timing=timing_methods(),
               xla_mem_fraction=os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"))
   try:
     meta["platform_version"] = jax.devices()[0].client.platform_version

@@ -1,15 +1,25 @@
-"""Runs the channels-first and channels-last unfold / fold of one suite shape
-once each, for profiling under ncu (benchmarks/profile_columns.sh)."""
+"""Runs unfold / fold of a few suite shapes once each, for profiling under ncu
+(benchmarks/profile_columns.sh): the typical 3x3 conv (both layouts), the
+strided 3x3, and the 3-channel 7x7/s2 stem."""
 
 import jax
 import jax.numpy as jnp
 
 import jax_im2col as j
 
-x = jax.random.normal(jax.random.PRNGKey(0), (32, 64, 56, 56), jnp.float32)
-xl = jnp.transpose(x, (0, 2, 3, 1))
-for fn, arg in ((lambda v: j.unfold(v, 3, padding=1), x),
-                (lambda v: j.unfold_channels_last(v, 3, padding=1), xl)):
-  cols = jax.block_until_ready(jax.jit(fn)(arg))
-jax.block_until_ready(jax.jit(lambda c: j.fold(c, (56, 56), 3, padding=1))(
-    jax.jit(lambda v: j.unfold(v, 3, padding=1))(x)))
+
+def run(shape, kernel, stride, padding, channels_last):
+  x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32)
+  spatial = shape[1:-1] if channels_last else shape[2:]
+  unfold = j.unfold_channels_last if channels_last else j.unfold
+  fold = j.fold_channels_last if channels_last else j.fold
+  window = dict(kernel_size=kernel, stride=stride, padding=padding)
+  cols = jax.block_until_ready(jax.jit(lambda v: unfold(v, **window))(x))
+  jax.block_until_ready(jax.jit(lambda c: fold(c, spatial, **window))(cols))
+
+
+run((32, 64, 56, 56), 3, 1, 1, False)
+run((32, 56, 56, 64), 3, 1, 1, True)
+run((32, 128, 56, 56), 3, 2, 1, False)
+run((32, 224, 224, 3), 7, 2, 3, True)
+run((32, 3, 224, 224), 7, 2, 3, False)

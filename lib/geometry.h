@@ -34,6 +34,10 @@ struct Geometry {
   int64_t out_size = 1;     // prod(out), "L"
   int64_t kernel_size = 1;  // prod(kernel), "K"
   bool any_lhs_dilation = false;
+  // The taps that read one input coordinate are spaced tap_step apart, their
+  // output positions out_step apart (see taps_reading).
+  int64_t tap_step[kMaxSpatial] = {1, 1, 1};
+  int64_t out_step[kMaxSpatial] = {1, 1, 1};
 };
 
 IM2COL_HD int64_t dilated_extent(int64_t n, int64_t dilation) {
@@ -80,6 +84,14 @@ inline void finish_geometry(Geometry& g, const int64_t* pad_hi) {
     g.out_size *= g.out[d];
     g.kernel_size *= g.kernel[d];
     g.any_lhs_dilation |= g.lhs_dilation[d] != 1;
+    int64_t a = g.stride[d], b = g.rhs_dilation[d] % g.stride[d];
+    while (b != 0) {
+      const int64_t r = a % b;
+      a = b;
+      b = r;
+    }
+    g.tap_step[d] = g.stride[d] / a;  // a = gcd(stride, rhs_dilation)
+    g.out_step[d] = g.rhs_dilation[d] / a;
   }
 }
 
@@ -184,6 +196,93 @@ IM2COL_HD I target_position(const Geometry& g, const I* q, const I* k) {
     flat = flat * static_cast<I>(g.out[d]) + p;
   }
   return flat;
+}
+
+// The kernel taps along dimension d that read input coordinate q: taps k,
+// k + k_step, ... (count of them, increasing) at output positions o,
+// o - o_step, ... A tap reads q when k * rhs_dilation == q * lhs_dilation +
+// pad_lo - o * stride, so the taps that do are an arithmetic run with step
+// stride / gcd(stride, rhs_dilation). Enumerating them costs a few divisions
+// per dimension, where testing every tap (target_position) costs one per tap.
+// The steps come from finish_geometry.
+template <typename I>
+struct TapRun {
+  I k, k_step, o, o_step, count;
+};
+
+template <typename I>
+IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
+  const I s = static_cast<I>(g.stride[d]), rd = static_cast<I>(g.rhs_dilation[d]);
+  const I kernel = static_cast<I>(g.kernel[d]), out = static_cast<I>(g.out[d]);
+  const I a = q * static_cast<I>(g.lhs_dilation[d]) + static_cast<I>(g.pad_lo[d]);
+  TapRun<I> t{0, static_cast<I>(g.tap_step[d]), 0, static_cast<I>(g.out_step[d]), 0};
+  if (a < 0) return t;  // every tap reads a coordinate <= a: all padding
+  // The first tap k with k * rd == a (mod s); unit stride and unit dilation,
+  // the common cases, need no division.
+  if (s == 1) {
+    t.o = a;
+  } else if (rd == 1) {
+    t.o = a / s;
+    t.k = a - t.o * s;
+  } else {
+    I k = 0;
+    while (k < t.k_step && k < kernel && (a - k * rd) % s != 0) ++k;
+    if (k == t.k_step || k == kernel || a < k * rd) return t;
+    t.k = k;
+    t.o = (a - k * rd) / s;
+  }
+  if (t.o >= out) {
+    const I skip = t.o_step == 1 ? t.o - out + 1 : (t.o - out + t.o_step) / t.o_step;
+    t.k += skip * t.k_step;
+    t.o -= skip * t.o_step;
+  }
+  if (t.k >= kernel || t.o < 0) return t;
+  const I by_kernel = t.k_step == 1 ? kernel - t.k : (kernel - t.k + t.k_step - 1) / t.k_step;
+  const I by_output = t.o_step == 1 ? t.o + 1 : t.o / t.o_step + 1;
+  t.count = by_kernel < by_output ? by_kernel : by_output;
+  return t;
+}
+
+namespace detail {
+template <int D, int ND, typename I, typename Fn>
+IM2COL_HD void tap_nest(const Geometry& g, const TapRun<I>* runs, I k_flat,
+                        I o_flat, Fn& fn) {
+  if constexpr (D == ND - 1) {
+    fn(k_flat * static_cast<I>(g.kernel[D]) + runs[D].k,
+       o_flat * static_cast<I>(g.out[D]) + runs[D].o, runs[D]);
+  } else {
+    I k = runs[D].k, o = runs[D].o;
+    for (I i = 0; i < runs[D].count; ++i, k += runs[D].k_step, o -= runs[D].o_step)
+      tap_nest<D + 1, ND>(g, runs, k_flat * static_cast<I>(g.kernel[D]) + k,
+                          o_flat * static_cast<I>(g.out[D]) + o, fn);
+  }
+}
+}  // namespace detail
+
+// Calls fn(first flat tap, its flat output position, run) for every run of
+// taps that read input position q along the last dimension: the run's taps
+// are first + i * run.k_step at positions o - i * run.o_step, i < run.count.
+// Runs come in increasing tap order. Callers loop over a run themselves, so
+// that its loads can be issued together.
+template <int ND, typename I, typename Fn>
+IM2COL_HD void for_each_tap_run(const Geometry& g, const I* q, Fn&& fn) {
+  TapRun<I> runs[ND];
+#pragma unroll
+  for (int d = 0; d < ND; ++d) {
+    runs[d] = taps_reading<I>(g, d, q[d]);
+    if (runs[d].count == 0) return;
+  }
+  detail::tap_nest<0, ND>(g, runs, I(0), I(0), fn);
+}
+
+// Calls fn(flat kernel tap, flat output position) for every tap that reads
+// input position q, in increasing tap order (the order of a loop over all
+// taps with target_position, so sums come out the same).
+template <int ND, typename I, typename Fn>
+IM2COL_HD void for_each_tap_reading(const Geometry& g, const I* q, Fn&& fn) {
+  for_each_tap_run<ND>(g, q, [&](I k, I o, const TapRun<I>& run) {
+    for (I i = 0; i < run.count; ++i, k += run.k_step, o -= run.o_step) fn(k, o);
+  });
 }
 
 // Advances a row-major multi-index (an odometer) by one.

@@ -319,6 +319,64 @@ def test_fold_matches_reference(platform, dtype, case):
   assert_bits_equal(got, case.ref_fold(cols).astype(dtype))
 
 
+# Images large enough that the CUDA unfold splits them over several bands of
+# output rows (its shared-memory tiles), with a partial last band; few
+# channels (the channels-last tiled kernel) and many (the vector kernel).
+LARGE_CASES = [
+    pytest.param(Case.make((5003,), (5,), stride=(2,), dilation=(2,), padding=((3, 1),)),
+                 id="1d-long"),
+    pytest.param(Case.make((150, 171), (7, 7), stride=(2, 2), padding=((3, 3), (3, 2))),
+                 id="2d-stem"),
+    pytest.param(Case.make((9, 40, 37), (3, 3, 3), dilation=(1, 2, 1),
+                           padding=((1, 1), (2, 2), (1, 0)), n=1), id="3d"),
+    pytest.param(Case.make((61, 45), (3, 3), padding=((1, 1), (1, 1)), n=1, c=16),
+                 id="2d-16-channels"),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [DTYPES[1], DTYPES[2], DTYPES[3]])
+@pytest.mark.parametrize("case", LARGE_CASES)
+def test_large_images_against_reference(platform, layout, dtype, case):
+  x = random_values(case.rng(), case.image_shape(layout), dtype)
+  cols = random_integers(case.rng(), case.cols_shape(layout), dtype, bound=1000)
+  with on_platform(platform):
+    got_cols = case.unfold(jnp.asarray(x), layout)
+    got_x = case.fold(jnp.asarray(cols), layout)
+  assert_bits_equal(got_cols, case.ref_unfold(x, layout))
+  assert_bits_equal(got_x, case.ref_fold(cols, layout).astype(dtype))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_compiled_chain_replays_with_fresh_inputs(platform):
+  """One jitted program of several unfold / fold calls (long enough for XLA:GPU
+  to capture it into a CUDA graph, which the CUDA handlers allow), run on
+  several inputs in turn: every run must match the reference, not replay the
+  first run's buffers."""
+  case = Case.make((11, 10), (3, 2), stride=(2, 1), padding=((1, 1), (0, 1)), n=2, c=5)
+  layout = "channels_last"
+
+  def chain(x):
+    y = case.unfold(x, layout)
+    z = case.fold(y * 2.0, layout)
+    w = case.unfold(z - x, layout)
+    return case.fold(w, layout) + case.fold(y, layout)
+
+  def reference(x):
+    y = case.ref_unfold(x, layout)
+    z = case.ref_fold(y * 2.0, layout)
+    w = case.ref_unfold(z - x, layout)
+    return case.ref_fold(w, layout) + case.ref_fold(y, layout)
+
+  rng = np.random.default_rng(7)
+  with on_platform(platform):
+    run = jax.jit(chain)
+    for _ in range(3):
+      x = random_integers(rng, case.image_shape(layout), np.float32, bound=100)
+      np.testing.assert_array_equal(np.asarray(run(jnp.asarray(x))), reference(x))
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_fold_of_disjoint_windows_copies_every_value(platform, dtype):

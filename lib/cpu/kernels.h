@@ -64,7 +64,7 @@ void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
   using Acc = typename Accumulator<TX>::type;
   const int64_t K = g.kernel_size, C = channels;
   const int64_t l_end = lay.l0 + lay.lc;
-  int64_t q[kMaxSpatial], k[kMaxSpatial];
+  int64_t q[kMaxSpatial];
   if (!channels_last) {
     for (int64_t n = 0; n < nc; ++n) {
       for (int64_t c = 0; c < C; ++c) {
@@ -73,12 +73,10 @@ void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
         for (int d = 0; d < ND; ++d) q[d] = 0;
         for (int64_t i = 0; i < g.in_size; ++i, increment<ND>(q, g.in)) {
           Acc acc = accumulate ? static_cast<Acc>(to_float(xc[i])) : Acc(0);
-          for (int d = 0; d < ND; ++d) k[d] = 0;
-          for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-            const int64_t t = target_position<ND>(g, q, k);
+          for_each_tap_reading<ND>(g, q, [&](int64_t kk, int64_t t) {
             if (t >= lay.l0 && t < l_end)
               acc += static_cast<Acc>(to_float(base[kk * lay.row_stride + t - lay.l0]));
-          }
+          });
           xc[i] = from_float<TX>(acc);
         }
       }
@@ -93,15 +91,13 @@ void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
       TX* xq = x + ((n0 + n) * g.in_size + i) * C;
       for (int64_t c = 0; c < C; ++c)
         acc[c] = accumulate ? static_cast<Acc>(to_float(xq[c])) : Acc(0);
-      for (int d = 0; d < ND; ++d) k[d] = 0;
-      for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-        const int64_t t = target_position<ND>(g, q, k);
-        if (t < lay.l0 || t >= l_end) continue;
+      for_each_tap_reading<ND>(g, q, [&](int64_t kk, int64_t t) {
+        if (t < lay.l0 || t >= l_end) return;
         const TC* row = cols + (n * lay.lc + t - lay.l0) * C * K;
         for (int64_t gi = 0; gi < G; ++gi)
           for (int64_t j = 0; j < Cg; ++j)
             acc[gi * Cg + j] += static_cast<Acc>(to_float(row[(gi * K + kk) * Cg + j]));
-      }
+      });
       for (int64_t c = 0; c < C; ++c) xq[c] = from_float<TX>(acc[c]);
     }
   }

@@ -96,22 +96,320 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
-// Channels-first: rows (n, c), each a run of in_size input positions; every
-// element sums, over kernel taps in order, the column entries that read it.
+// ---- Tiled unfold --------------------------------------------------------
+//
+// A block stages in shared memory the input its windows read: for a band of
+// output rows along the first spatial dimension, the padded (and, with lhs
+// dilation, dilated) input rows under those windows, padding and holes
+// stored as zeros. Every column entry is then one shared-memory read at
+// (position offset + tap offset), with no bounds checks, and consecutive
+// threads write consecutive column entries (coalesced stores, shared-memory
+// reads free of bank conflicts at unit stride).
+
+struct TilePlan {
+  int32_t band = 0;        // output rows of spatial dimension 0 per block
+  int32_t bands = 0;       // bands covering the chunk's positions
+  int32_t first_row = 0;   // output row (dimension 0) where band 0 starts
+  int32_t rest = 0;        // output positions per row: out_size / out[0]
+  int32_t extent[kMaxSpatial] = {1, 1, 1};  // tile extents (dilated, padded coords)
+  int32_t plane = 0;       // prod(extent): tile elements per channel
+  int32_t channels = 0;    // channels per block (channels-first); C (last)
+  int32_t channel_blocks = 1;
+  int32_t table = 0;       // int32 entries before the tile
+  size_t smem = 0;         // bytes: table, then tile
+};
+
+constexpr size_t kTileSmemPreferred = 24 * 1024;
+constexpr size_t kTileSmemMax = 48 * 1024;  // no opt-in attribute needed
+constexpr int64_t kTileWork = 2048;         // (position, channel) pairs per block
+
+__host__ __device__ inline size_t table_bytes(int64_t entries) {
+  return (static_cast<size_t>(entries) * sizeof(int32_t) + 15) / 16 * 16;
+}
+
+// Plans a tiled unfold; false when the tile does not pay or does not fit.
+// Channels-first, a block covers `channels` channels of a band; its table
+// holds the K tap offsets. Channels-last, a block covers all C channels of a
+// band; its table holds, per element of a column row (C * K), the tap offset
+// times C plus the channel, then the offset of every position of the band.
+inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
+                      bool channels_last, size_t elem_bytes, TilePlan* t) {
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
+    // Windows further apart than their extent would stage unread input.
+    if (g.stride[d] > window) return false;
+    t->extent[d] = static_cast<int32_t>((g.out[d] - 1) * g.stride[d] + window);
+  }
+  const int64_t K = g.kernel_size;
+  t->rest = static_cast<int32_t>(g.out_size / g.out[0]);
+  const int64_t row_first = lay.l0 / t->rest;
+  const int64_t row_last = (lay.l0 + lay.lc - 1) / t->rest;
+  const int64_t rows = row_last - row_first + 1;
+  t->first_row = static_cast<int32_t>(row_first);
+  int64_t inner = 1;
+  for (int d = 1; d < g.nd; ++d) inner *= t->extent[d];
+  const int64_t window0 = dilated_extent(g.kernel[0], g.rhs_dilation[0]);
+  auto tile_rows = [&](int64_t band) { return (band - 1) * g.stride[0] + window0; };
+  int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
+  int64_t channels = channels_last ? C : std::max<int64_t>(1, std::min<int64_t>(C, kTileWork / (band * t->rest)));
+  auto entries = [&](int64_t band_) { return channels_last ? K * C + band_ * t->rest : K; };
+  auto bytes = [&](int64_t band_, int64_t ch) {
+    return table_bytes(entries(band_)) + static_cast<size_t>(ch * tile_rows(band_) * inner) * elem_bytes;
+  };
+  while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
+    channels = (channels + 1) / 2;
+  while (bytes(band, channels) > kTileSmemPreferred && band > 1) band = (band + 1) / 2;
+  if (bytes(band, channels) > kTileSmemMax) return false;
+  t->band = static_cast<int32_t>(band);
+  t->bands = static_cast<int32_t>((rows + band - 1) / band);
+  t->extent[0] = static_cast<int32_t>(tile_rows(band));
+  t->plane = static_cast<int32_t>(tile_rows(band) * inner);
+  t->channels = static_cast<int32_t>(channels);
+  t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
+  t->table = static_cast<int32_t>(entries(band));
+  t->smem = bytes(band, channels);
+  return true;
+}
+
+inline int64_t tile_blocks(const TilePlan& t, int64_t nc) {
+  return nc * t.channel_blocks * t.bands;
+}
+
+// Offset into the tile of kernel tap k (flat): sum of k[d] * rhs_dilation[d]
+// in the tile's row-major extents.
+template <int ND>
+__device__ __forceinline__ int32_t tap_offset(const Geometry& g, const TilePlan& t, int32_t kk) {
+  int32_t k[kMaxSpatial];
+  unravel<ND>(kk, g.kernel, k);
+  int32_t off = 0;
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+    off = off * t.extent[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+  return off;
+}
+
+// Offset into the tile of output position l (flat) for the band starting at
+// output row `row0`.
+template <int ND>
+__device__ __forceinline__ int32_t position_offset(const Geometry& g, const TilePlan& t,
+                                                   int32_t l, int32_t row0) {
+  int32_t o[kMaxSpatial];
+  unravel<ND>(l, g.out, o);
+  o[0] -= row0;
+  int32_t off = 0;
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+    off = off * t.extent[d] + o[d] * static_cast<int32_t>(g.stride[d]);
+  return off;
+}
+
+// Input coordinate along dimension d at dilated, padded coordinate p, or -1
+// for padding and holes.
+__device__ __forceinline__ int32_t input_coordinate(const Geometry& g, int d, int32_t p) {
+  if (p < 0) return -1;
+  if (g.any_lhs_dilation) {
+    const int32_t ld = static_cast<int32_t>(g.lhs_dilation[d]);
+    if (p % ld != 0) return -1;
+    p /= ld;
+  }
+  return p < static_cast<int32_t>(g.in[d]) ? p : -1;
+}
+
+// The tile is filled line by line: a line runs along the last spatial
+// dimension, so a warp's lanes read consecutive input, and the other
+// coordinates are decoded once per line. line_source() is the input offset of
+// a line's element 0 (all dimensions but the last; -1 when the line lies in
+// padding or a hole); column_source() the last coordinate of its element w.
+template <int ND>
+__device__ __forceinline__ int32_t line_source(const Geometry& g, const TilePlan& t,
+                                               int32_t line, int32_t row0) {
+  int32_t flat = 0, scale = static_cast<int32_t>(g.in[ND - 1]);
+#pragma unroll
+  for (int d = ND - 2; d >= 0; --d) {
+    int32_t p;
+    if (d == 0) {
+      p = line + row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+    } else {
+      p = line % t.extent[d] - static_cast<int32_t>(g.pad_lo[d]);
+      line /= t.extent[d];
+    }
+    const int32_t i = input_coordinate(g, d, p);
+    if (i < 0) return -1;
+    flat += i * scale;
+    scale *= static_cast<int32_t>(g.in[d]);
+  }
+  return flat;
+}
+
+template <int ND>
+__device__ __forceinline__ int32_t column_source(const Geometry& g, int32_t w, int32_t row0) {
+  const int32_t shift = ND == 1 ? row0 * static_cast<int32_t>(g.stride[0]) : 0;
+  return input_coordinate(g, ND - 1, w + shift - static_cast<int32_t>(g.pad_lo[ND - 1]));
+}
+
+// The band, channel block and image of this block.
+struct TileBlock {
+  int64_t n;
+  int32_t c0, channels, row0;
+  int32_t p_begin, p_end;  // chunk positions [p_begin, p_end) of the band
+};
+
+__device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
+                                                const ColumnsLayout& lay) {
+  int64_t b = blockIdx.x, band, cb;
+  divmod(b, static_cast<int64_t>(t.bands), b, band);
+  divmod(b, static_cast<int64_t>(t.channel_blocks), b, cb);
+  TileBlock tb;
+  tb.n = b;
+  tb.c0 = static_cast<int32_t>(cb) * t.channels;
+  tb.channels = t.channels < C - tb.c0 ? t.channels : static_cast<int32_t>(C - tb.c0);
+  tb.row0 = t.first_row + static_cast<int32_t>(band) * t.band;
+  const int64_t begin = static_cast<int64_t>(tb.row0) * t.rest;
+  const int64_t end = begin + static_cast<int64_t>(t.band) * t.rest;
+  tb.p_begin = static_cast<int32_t>((begin > lay.l0 ? begin : lay.l0) - lay.l0);
+  tb.p_end = static_cast<int32_t>((end < lay.l0 + lay.lc ? end : lay.l0 + lay.lc) - lay.l0);
+  return tb;
+}
+
+// Channels-first: consecutive threads take consecutive positions of the band
+// (when the band has fewer positions than threads, the threads split into
+// groups over the channels); a thread holds the offsets of up to kPositions
+// positions and writes them for every tap of each of its channels, so a tap
+// offset is read once per kPositions elements.
+constexpr int kPositions = 8;
+
+// 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
+// the 5 blocks that 48 registers allow.
+template <int ND, typename U>
+__global__ void __launch_bounds__(kThreads, 6)
+unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
+                       int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* taps = reinterpret_cast<int32_t*>(smem);
+  U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
+  const TileBlock b = tile_block(t, C, lay);
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, kk);
+  const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
+  const int32_t width = t.extent[ND - 1], lines = t.plane / width;
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int32_t cl = warp; cl < b.channels * lines; cl += warps) {
+    const int32_t ci = cl / lines, line = cl - ci * lines;
+    const int32_t base = line_source<ND>(g, t, line, b.row0);
+    const U* xc = xb + ci * g.in_size + base;
+    U* dst = tile + cl * width;
+    for (int32_t w = lane; w < width; w += 32) {
+      const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
+      dst[w] = q >= 0 ? __ldg(xc + q) : U(0);
+    }
+  }
+  __syncthreads();
+  const int32_t positions = b.p_end - b.p_begin;
+  const int32_t lanes = positions < static_cast<int32_t>(blockDim.x) ? positions : blockDim.x;
+  const int32_t groups = blockDim.x / lanes;
+  const int32_t group = threadIdx.x / lanes, first = threadIdx.x - group * lanes;
+  if (group >= groups) return;
+  U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
+  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += lanes * kPositions) {
+    int32_t pos[kPositions];
+#pragma unroll
+    for (int j = 0; j < kPositions; ++j) {
+      const int32_t e = e0 + j * lanes;
+      pos[j] = e < b.p_end ? position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + e, b.row0) : -1;
+    }
+    for (int32_t ci = group; ci < b.channels; ci += groups) {
+      const U* src = tile + ci * t.plane;
+      U* dst = image + ci * g.kernel_size * lay.row_stride + e0;
+      for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
+        const int32_t off = taps[kk];
+#pragma unroll
+        for (int j = 0; j < kPositions; ++j)
+          if (pos[j] >= 0) dst[j * lanes] = src[pos[j] + off];
+      }
+    }
+  }
+}
+
+// Channels-last with few channels: the block's columns are one contiguous
+// run of rows (n, l), each C * K long. Each warp takes segments of
+// 32 * kSegment elements, lane i element i of every 32; an element's place
+// (position, offset in its row) advances by 32 per step, so its tile offset
+// comes from two tables with no division.
+constexpr int32_t kSegment = 8;
+
+template <int ND, typename U>
+__global__ void __launch_bounds__(kThreads)
+unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
+                       int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const TileBlock b = tile_block(t, C, lay);
+  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
+  const int32_t Cg = C32 / static_cast<int32_t>(lay.groups), row = K * C32;
+  int32_t* element = reinterpret_cast<int32_t*>(smem);  // row entries
+  int32_t* position = element + row;                     // band positions
+  U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
+  for (int32_t r = threadIdx.x; r < row; r += blockDim.x) {
+    const int32_t gi = r / (K * Cg), kk = r / Cg - gi * K, j = r % Cg;
+    element[r] = tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j;
+  }
+  for (int32_t p = threadIdx.x; p < b.p_end - b.p_begin; p += blockDim.x)
+    position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32;
+  const U* xb = x + (n0 + b.n) * g.in_size * C;
+  const int32_t width = t.extent[ND - 1] * C32, lines = t.plane / t.extent[ND - 1];
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int32_t line = warp; line < lines; line += warps) {
+    const int32_t base = line_source<ND>(g, t, line, b.row0);
+    const U* xl = xb + static_cast<int64_t>(base) * C;
+    U* row_dst = tile + line * width;
+    for (int32_t w = lane; w < width; w += 32) {
+      const int32_t wc = w / C32, q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
+      row_dst[w] = q >= 0 ? __ldg(xl + static_cast<int64_t>(q) * C + (w - wc * C32)) : U(0);
+    }
+  }
+  __syncthreads();
+  const int64_t count = static_cast<int64_t>(b.p_end - b.p_begin) * row;
+  U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
+  for (int64_t seg = static_cast<int64_t>(warp) * 32 * kSegment; seg < count;
+       seg += static_cast<int64_t>(warps) * 32 * kSegment) {
+    int64_t p64, r64;
+    divmod(seg + lane, static_cast<int64_t>(row), p64, r64);
+    int32_t p = static_cast<int32_t>(p64), r = static_cast<int32_t>(r64);
+#pragma unroll
+    for (int j = 0; j < kSegment; ++j) {
+      const int64_t e = seg + lane + 32 * j;
+      if (e < count) dst[e] = tile[position[p] + element[r]];
+      r += 32;
+      if (r >= row) {
+        if (r < 2 * row) {
+          r -= row;
+          ++p;
+        } else {
+          p += r / row;
+          r %= row;
+        }
+      }
+    }
+  }
+}
+
+// Channels-first: a thread sums V consecutive input elements of one (n, c),
+// each over the taps that read it, in tap order. For each tap, neighbouring
+// threads read neighbouring column entries.
 template <int ND, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
                int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
                int64_t runs_per_row, bool accumulate, bool vector_store) {
   using A = typename Acc<TX>::type;
-  const int64_t K = g.kernel_size, l_end = lay.l0 + lay.lc;
+  const int64_t K = g.kernel_size;
+  const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   for (int64_t t = grid_start(); t < rows * runs_per_row; t += grid_step()) {
     int64_t row, run, n, c;
     divmod(t, runs_per_row, row, run);
     divmod(row, C, n, c);
     const int64_t e0 = run * V;
     const int64_t count = g.in_size - e0 < V ? g.in_size - e0 : V;
-    int32_t q[kMaxSpatial], k[kMaxSpatial];
+    int32_t q[kMaxSpatial];
     unravel<ND>(e0, g.in, q);
     const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
     TX* xr = x + ((n0 + n) * C + c) * g.in_size + e0;
@@ -120,13 +418,14 @@ fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     for (int v = 0; v < V; ++v) {
       if (v < count) {
         A acc = accumulate ? static_cast<A>(to_acc(xr[v])) : A(0);
-        for (int d = 0; d < ND; ++d) k[d] = 0;
-        for (int64_t kk = 0; kk < K; ++kk) {
-          const int64_t tp = target_position<ND>(g, q, k);
-          if (tp >= lay.l0 && tp < l_end)
-            acc += static_cast<A>(to_acc(__ldg(base + kk * lay.row_stride + tp - lay.l0)));
-          increment<ND>(k, g.kernel);
-        }
+        for_each_tap_run<ND>(g, q, [&](int32_t kk, int32_t tp, const TapRun<int32_t>& run) {
+          const TC* src = base + kk * lay.row_stride + (tp - l0);
+          const int64_t step = run.k_step * lay.row_stride - run.o_step;
+#pragma unroll 4
+          for (int32_t i = 0; i < run.count; ++i, src += step, tp -= run.o_step)
+            if (static_cast<uint32_t>(tp - l0) < static_cast<uint32_t>(lc))
+              acc += static_cast<A>(to_acc(__ldg(src)));
+        });
         p.v[v] = store_value<TX>(acc);
         increment<ND>(q, g.in);
       }
@@ -146,30 +445,33 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
                int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
                int64_t units_per_row, bool accumulate) {
   using A = typename Acc<TX>::type;
-  const int64_t K = g.kernel_size, Cg = C / lay.groups, l_end = lay.l0 + lay.lc;
+  const int64_t K = g.kernel_size, Cg = C / lay.groups;
+  const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   for (int64_t t = grid_start(); t < rows * units_per_row; t += grid_step()) {
     int64_t row, unit, n, qi, gi, j0;
     divmod(t, units_per_row, row, unit);
     divmod(row, g.in_size, n, qi);
     divmod(unit * V, Cg, gi, j0);
-    int32_t q[kMaxSpatial], k[kMaxSpatial];
+    int32_t q[kMaxSpatial];
     unravel<ND>(qi, g.in, q);
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
+    const TC* base = cols + n * lay.lc * C * K + gi * K * Cg + j0;
     A acc[V];
 #pragma unroll
     for (int v = 0; v < V; ++v)
       acc[v] = accumulate ? static_cast<A>(to_acc(xq[v])) : A(0);
-    for (int d = 0; d < ND; ++d) k[d] = 0;
-    for (int64_t kk = 0; kk < K; ++kk) {
-      const int64_t tp = target_position<ND>(g, q, k);
-      if (tp >= lay.l0 && tp < l_end) {
-        const Pack<TC, V> p = *reinterpret_cast<const Pack<TC, V>*>(
-            cols + (n * lay.lc + tp - lay.l0) * C * K + (gi * K + kk) * Cg + j0);
+    for_each_tap_run<ND>(g, q, [&](int32_t kk, int32_t tp, const TapRun<int32_t>& run) {
+      const TC* src = base + (tp - l0) * C * K + kk * Cg;
+      const int64_t step = run.k_step * Cg - run.o_step * C * K;
+#pragma unroll 4
+      for (int32_t i = 0; i < run.count; ++i, src += step, tp -= run.o_step) {
+        if (static_cast<uint32_t>(tp - l0) < static_cast<uint32_t>(lc)) {
+          const Pack<TC, V> p = *reinterpret_cast<const Pack<TC, V>*>(src);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(p.v[v]));
+          for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(p.v[v]));
+        }
       }
-      increment<ND>(k, g.kernel);
-    }
+    });
     Pack<TX, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) out.v[v] = store_value<TX>(acc[v]);
@@ -185,7 +487,18 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
-  if (!channels_last) {
+  TilePlan t;
+  const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
+                          C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned16(x) && aligned16(cols);
+  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t) &&
+      tile_blocks(t, nc) < (int64_t{1} << 31)) {
+    const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
+    if (!channels_last) {
+      unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+    } else {
+      unfold_cl_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+    }
+  } else if (!channels_last) {
     const int64_t rows = nc * C;
     const int64_t runs = (lay.lc + V - 1) / V;
     const bool vec = aligned16(cols) && lay.row_stride % V == 0 &&
@@ -194,8 +507,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
         x, cols, g, C, n0, lay, rows, runs, vec);
   } else {
     const int64_t rows = nc * lay.lc;
-    const int64_t Cg = C / lay.groups;
-    if (Cg % V == 0 && aligned16(x) && aligned16(cols)) {
+    if (cl_vectors) {
       unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C / V);
     } else {

@@ -49,15 +49,21 @@ ffi::Error fold_impl(cudaStream_t stream, ffi::AnyBuffer cols,
 
 }  // namespace
 
+// Both handlers only launch kernels on XLA's stream, on XLA's buffers, with
+// no host synchronization or allocation, so XLA may capture them into CUDA
+// graphs (command buffers) and replay them. Their launch parameters depend on
+// shapes and on 16-byte alignment, which XLA's buffers always have.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_unfold_cuda, unfold_impl,
                               bind_window(ffi::Ffi::Bind()
                                               .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                               .Arg<ffi::AnyBuffer>()
-                                              .Ret<ffi::AnyBuffer>()));
+                                              .Ret<ffi::AnyBuffer>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_fold_cuda, fold_impl,
                               bind_window(ffi::Ffi::Bind()
                                               .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                               .Arg<ffi::AnyBuffer>()
-                                              .Ret<ffi::AnyBuffer>()));
+                                              .Ret<ffi::AnyBuffer>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace im2col::cuda
