@@ -412,7 +412,9 @@ def _events(launch: Callable) -> Callable:
 def _graph_runner(call: Callable, r: int) -> Callable:
   """Replays of a CUDA graph of `r` calls, captured on the current stream."""
   graph = torch.cuda.CUDAGraph()
-  with torch.cuda.graph(graph, stream=torch.cuda.current_stream()):
+  # thread_local: JAX's runtime threads keep calling CUDA during the capture; the
+  # default (global) mode makes their calls fail and leaves JAX's streams in error.
+  with torch.cuda.graph(graph, stream=torch.cuda.current_stream(), capture_error_mode="thread_local"):
     outs = [call(j) for j in range(r)]  # kept during capture, as the JAX chain keeps every output
   del outs  # the graph's memory pool keeps their memory
   return _events(graph.replay)

@@ -292,16 +292,14 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, kk);
   const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
   const int32_t width = t.extent[ND - 1], lines = t.plane / width;
+  const int32_t pieces = (width + 31) / 32;  // a warp fills 32 elements of a line at a time
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t cl = warp; cl < b.channels * lines; cl += warps) {
+  for (int32_t item = warp; item < b.channels * lines * pieces; item += warps) {
+    const int32_t cl = item / pieces, w = (item - cl * pieces) * 32 + lane;
     const int32_t ci = cl / lines, line = cl - ci * lines;
     const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const U* xc = xb + ci * g.in_size + base;
-    U* dst = tile + cl * width;
-    for (int32_t w = lane; w < width; w += 32) {
-      const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
-      dst[w] = q >= 0 ? __ldg(xc + q) : U(0);
-    }
+    const int32_t q = base < 0 || w >= width ? -1 : column_source<ND>(g, w, b.row0);
+    if (w < width) tile[cl * width + w] = q >= 0 ? __ldg(xb + ci * g.in_size + base + q) : U(0);
   }
   __syncthreads();
   const int32_t positions = b.p_end - b.p_begin;
@@ -356,15 +354,15 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32;
   const U* xb = x + (n0 + b.n) * g.in_size * C;
   const int32_t width = t.extent[ND - 1] * C32, lines = t.plane / t.extent[ND - 1];
+  const int32_t pieces = (width + 31) / 32;  // a warp fills 32 elements of a line at a time
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t line = warp; line < lines; line += warps) {
+  for (int32_t item = warp; item < lines * pieces; item += warps) {
+    const int32_t line = item / pieces, w = (item - line * pieces) * 32 + lane;
     const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const U* xl = xb + static_cast<int64_t>(base) * C;
-    U* row_dst = tile + line * width;
-    for (int32_t w = lane; w < width; w += 32) {
-      const int32_t wc = w / C32, q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
-      row_dst[w] = q >= 0 ? __ldg(xl + static_cast<int64_t>(q) * C + (w - wc * C32)) : U(0);
-    }
+    const int32_t wc = w / C32;
+    const int32_t q = base < 0 || w >= width ? -1 : column_source<ND>(g, wc, b.row0);
+    if (w < width)
+      tile[line * width + w] = q >= 0 ? __ldg(xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32)) : U(0);
   }
   __syncthreads();
   const int64_t count = static_cast<int64_t>(b.p_end - b.p_begin) * row;
