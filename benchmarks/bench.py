@@ -644,6 +644,8 @@ def torch_memory_format(case: Case, layout: str):
 
 def torch_conv(case: Case, layout: str):
   """(fn(x, w), torch weight shape) for the case, or a reason why torch has no equivalent."""
+  if torch is None:
+    return "torch not installed"
   if layout == "cl" and case.nd not in (2, 3):
     return f"torch has no channels-last memory format for {case.nd}-D"
   dil = case.dilation
@@ -762,7 +764,7 @@ def op_fwd(b: Bench, case: Case, dt: str, layout: str):
     else:
       b.run_jax(base, name, fn, sets)
   del sets
-  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  tc = torch_conv(case, layout)
   if isinstance(tc, str):
     return b.skip(base, "torch", tc)
   conv, tw = tc
@@ -781,7 +783,7 @@ def op_bwd(b: Bench, case: Case, dt: str, layout: str):
     else:
       b.run_jax(base, name, lambda x, w, g, fn=fn: jax.vjp(fn, x, w)[1](g), sets)
   del sets
-  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  tc = torch_conv(case, layout)
   if isinstance(tc, str):
     return b.skip(base, "torch", tc)
   conv, tw = tc
@@ -819,7 +821,7 @@ def op_per_example(b: Bench, case: Case, dt: str, layout: str):
     b.run_jax(base, "ours", per_example(OURS_CONV), sets)
   b.run_jax(base, "xla", per_example(lax.conv_general_dilated), sets)
   del sets
-  tc = torch_conv(case, layout) if torch is not None else "torch not installed"
+  tc = torch_conv(case, layout)
   if isinstance(tc, str):
     return b.skip(base, "torch", tc)
   conv, tw = tc

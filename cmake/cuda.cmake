@@ -4,14 +4,20 @@ if(JAX_IM2COL_CUDA STREQUAL "OFF")
   return()
 endif()
 
+# Without CUDA: an error when it was asked for (ON), else the CPU module alone.
+# A macro, so that its return() leaves this file.
+macro(without_cuda reason)
+  if(JAX_IM2COL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "JAX_IM2COL_CUDA=ON but ${reason}")
+  endif()
+  message(STATUS "jax_im2col: ${reason}; building the CPU module only")
+  return()
+endmacro()
+
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
-  if(JAX_IM2COL_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "JAX_IM2COL_CUDA=ON but no CUDA compiler was found (set CUDACXX or put nvcc on PATH)")
-  endif()
-  message(STATUS "jax_im2col: no CUDA compiler, building the CPU module only")
-  return()
+  without_cuda("no CUDA compiler was found (set CUDACXX or put nvcc on PATH)")
 endif()
 
 # The wheel's folder in the environment being installed into: sysconfig's
@@ -38,11 +44,7 @@ else()
   endif()
 endif()
 if(NOT cublas_library)
-  if(JAX_IM2COL_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "JAX_IM2COL_CUDA=ON but cuBLAS was not found: pip install nvidia-cublas, or install the CUDA toolkit's cuBLAS")
-  endif()
-  message(STATUS "jax_im2col: no cuBLAS, building the CPU module only")
-  return()
+  without_cuda("cuBLAS was not found: pip install nvidia-cublas, or install the CUDA toolkit's cuBLAS")
 endif()
 message(STATUS "jax_im2col: CUDA module with cuBLAS ${cublas_library}")
 

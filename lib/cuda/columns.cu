@@ -1,8 +1,11 @@
 // CUDA unfold (im2col) and fold (col2im as a gather) kernels.
 //
-// Each thread handles a short run of V elements that are contiguous in the
-// array it writes (16 bytes when the layout allows), so that the index math
-// (a few 32-bit divisions) is paid once per run and stores are full vectors.
+// unfold: the tiled kernels below (input staged in shared memory) where the
+// tile fits and pays; otherwise, and for wide channels-last rows, kernels in
+// which a thread handles a run of V elements contiguous in the array it
+// writes (16 bytes when the layout allows), so that the index math is paid
+// once per run and stores are full vectors. fold: a gather over the taps
+// that read each element (for_each_tap_run), a run of V elements per thread.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
