@@ -244,20 +244,34 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
 }
 
 namespace detail {
-template <int D, int ND, typename I, typename Fn>
+template <int D, int END, typename I, typename Fn>
 IM2COL_HD void tap_nest(const Geometry& g, const TapRun<I>* runs, I k_flat,
                         I o_flat, Fn& fn) {
-  if constexpr (D == ND - 1) {
-    fn(k_flat * static_cast<I>(g.kernel[D]) + runs[D].k,
-       o_flat * static_cast<I>(g.out[D]) + runs[D].o, runs[D]);
+  if constexpr (D == END) {
+    fn(k_flat, o_flat);
   } else {
     I k = runs[D].k, o = runs[D].o;
     for (I i = 0; i < runs[D].count; ++i, k += runs[D].k_step, o -= runs[D].o_step)
-      tap_nest<D + 1, ND>(g, runs, k_flat * static_cast<I>(g.kernel[D]) + k,
-                          o_flat * static_cast<I>(g.out[D]) + o, fn);
+      tap_nest<D + 1, END>(g, runs, k_flat * static_cast<I>(g.kernel[D]) + k,
+                           o_flat * static_cast<I>(g.out[D]) + o, fn);
   }
 }
 }  // namespace detail
+
+// Calls fn(tap, output position), both flat over dimensions 0..ND-2 only,
+// for every combination of taps along those dimensions that read input
+// position q, in increasing order. The last dimension is left to the caller
+// (kernels that handle several elements of one line share these taps).
+template <int ND, typename I, typename Fn>
+IM2COL_HD void for_each_outer_tap(const Geometry& g, const I* q, Fn&& fn) {
+  TapRun<I> runs[ND > 1 ? ND - 1 : 1];
+#pragma unroll
+  for (int d = 0; d < ND - 1; ++d) {
+    runs[d] = taps_reading<I>(g, d, q[d]);
+    if (runs[d].count == 0) return;
+  }
+  detail::tap_nest<0, ND - 1>(g, runs, I(0), I(0), fn);
+}
 
 // Calls fn(first flat tap, its flat output position, run) for every run of
 // taps that read input position q along the last dimension: the run's taps
@@ -266,13 +280,11 @@ IM2COL_HD void tap_nest(const Geometry& g, const TapRun<I>* runs, I k_flat,
 // that its loads can be issued together.
 template <int ND, typename I, typename Fn>
 IM2COL_HD void for_each_tap_run(const Geometry& g, const I* q, Fn&& fn) {
-  TapRun<I> runs[ND];
-#pragma unroll
-  for (int d = 0; d < ND; ++d) {
-    runs[d] = taps_reading<I>(g, d, q[d]);
-    if (runs[d].count == 0) return;
-  }
-  detail::tap_nest<0, ND>(g, runs, I(0), I(0), fn);
+  const TapRun<I> last = taps_reading<I>(g, ND - 1, q[ND - 1]);
+  if (last.count == 0) return;
+  for_each_outer_tap<ND>(g, q, [&](I k, I o) {
+    fn(k * static_cast<I>(g.kernel[ND - 1]) + last.k, o * static_cast<I>(g.out[ND - 1]) + last.o, last);
+  });
 }
 
 // Calls fn(flat kernel tap, flat output position) for every tap that reads

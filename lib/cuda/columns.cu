@@ -250,6 +250,31 @@ __device__ __forceinline__ int32_t column_source(const Geometry& g, int32_t w, i
   return input_coordinate(g, ND - 1, w + shift - static_cast<int32_t>(g.pad_lo[ND - 1]));
 }
 
+// Fills tile[0, count) with the block's threads, element e from source(e)
+// (nullptr: padding or a hole, stored as zero). Consecutive threads take
+// consecutive elements, which along a tile line are consecutive input; each
+// thread issues kFill loads before storing any, so that a block with a small
+// tile (one wave of blocks, nothing else to hide the latency) waits for
+// about count / (kFill * blockDim) load round trips instead of one per element.
+constexpr int kFill = 4;
+
+template <typename U, typename Source>
+__device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& source) {
+  const int32_t step = static_cast<int32_t>(blockDim.x);
+  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
+    U v[kFill];
+#pragma unroll
+    for (int u = 0; u < kFill; ++u) {
+      const int32_t e = e0 + u * step;
+      const U* src = e < count ? source(e) : nullptr;
+      v[u] = src != nullptr ? __ldg(src) : U(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kFill; ++u)
+      if (e0 + u * step < count) tile[e0 + u * step] = v[u];
+  }
+}
+
 // The band, channel block and image of this block.
 struct TileBlock {
   int64_t n;
@@ -295,15 +320,13 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, kk);
   const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
   const int32_t width = t.extent[ND - 1], lines = t.plane / width;
-  const int32_t pieces = (width + 31) / 32;  // a warp fills 32 elements of a line at a time
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t item = warp; item < b.channels * lines * pieces; item += warps) {
-    const int32_t cl = item / pieces, w = (item - cl * pieces) * 32 + lane;
+  fill_tile(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
+    const int32_t cl = e / width, w = e - cl * width;
     const int32_t ci = cl / lines, line = cl - ci * lines;
     const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const int32_t q = base < 0 || w >= width ? -1 : column_source<ND>(g, w, b.row0);
-    if (w < width) tile[cl * width + w] = q >= 0 ? __ldg(xb + ci * g.in_size + base + q) : U(0);
-  }
+    const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
+    return q >= 0 ? xb + ci * g.in_size + base + q : nullptr;
+  });
   __syncthreads();
   const int32_t positions = b.p_end - b.p_begin;
   const int32_t lanes = positions < static_cast<int32_t>(blockDim.x) ? positions : blockDim.x;
@@ -356,17 +379,15 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t p = threadIdx.x; p < b.p_end - b.p_begin; p += blockDim.x)
     position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32;
   const U* xb = x + (n0 + b.n) * g.in_size * C;
-  const int32_t width = t.extent[ND - 1] * C32, lines = t.plane / t.extent[ND - 1];
-  const int32_t pieces = (width + 31) / 32;  // a warp fills 32 elements of a line at a time
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t item = warp; item < lines * pieces; item += warps) {
-    const int32_t line = item / pieces, w = (item - line * pieces) * 32 + lane;
+  const int32_t width = t.extent[ND - 1] * C32;
+  fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
+    const int32_t line = e / width, w = e - line * width;
     const int32_t base = line_source<ND>(g, t, line, b.row0);
     const int32_t wc = w / C32;
-    const int32_t q = base < 0 || w >= width ? -1 : column_source<ND>(g, wc, b.row0);
-    if (w < width)
-      tile[line * width + w] = q >= 0 ? __ldg(xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32)) : U(0);
-  }
+    const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
+    return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
+  });
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   __syncthreads();
   const int64_t count = static_cast<int64_t>(b.p_end - b.p_begin) * row;
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
@@ -393,44 +414,75 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   }
 }
 
-// Channels-first: a thread sums V consecutive input elements of one (n, c),
-// each over the taps that read it, in tap order. For each tap, neighbouring
-// threads read neighbouring column entries.
+// Channels-first: a thread sums V consecutive elements of one line (along the
+// last spatial dimension) of one (n, c). The taps along the other dimensions
+// are the same for the V elements; along the last one each element has its
+// own run of taps, and the thread steps through the V runs together, so V
+// independent loads are in flight (the kernel is bound by load latency).
+// Each element still sums its taps in increasing order. For each tap,
+// neighbouring threads read neighbouring column entries.
 template <int ND, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
-               int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
-               int64_t runs_per_row, bool accumulate, bool vector_store) {
+               int64_t C, int64_t n0, ColumnsLayout lay, int64_t lines,
+               int64_t runs_per_line, bool accumulate, bool vector_store) {
   using A = typename Acc<TX>::type;
   const int64_t K = g.kernel_size;
+  const int32_t width = static_cast<int32_t>(g.in[ND - 1]);
+  const int32_t kw = static_cast<int32_t>(g.kernel[ND - 1]), ow = static_cast<int32_t>(g.out[ND - 1]);
+  const int32_t o_step = static_cast<int32_t>(g.out_step[ND - 1]);
+  const int64_t step = g.tap_step[ND - 1] * lay.row_stride - o_step;
+  const int64_t lines_per_plane = g.in_size / width;
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
-  for (int64_t t = grid_start(); t < rows * runs_per_row; t += grid_step()) {
-    int64_t row, run, n, c;
-    divmod(t, runs_per_row, row, run);
-    divmod(row, C, n, c);
-    const int64_t e0 = run * V;
-    const int64_t count = g.in_size - e0 < V ? g.in_size - e0 : V;
+  for (int64_t t = grid_start(); t < lines * runs_per_line; t += grid_step()) {
+    int64_t line, run, plane, inner, n, c;
+    divmod(t, runs_per_line, line, run);
+    divmod(line, lines_per_plane, plane, inner);
+    divmod(plane, C, n, c);
+    const int32_t w0 = static_cast<int32_t>(run) * V;
+    const int32_t count = width - w0 < V ? width - w0 : V;
     int32_t q[kMaxSpatial];
-    unravel<ND>(e0, g.in, q);
-    const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
-    TX* xr = x + ((n0 + n) * C + c) * g.in_size + e0;
-    Pack<TX, V> p;
+    unravel<ND - 1>(inner, g.in, q);
+    q[ND - 1] = w0;
+    // Element v's taps along the last dimension: first tap, its position, count.
+    int32_t first[V], position[V], taps[V], most = 0;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      if (v < count) {
-        A acc = accumulate ? static_cast<A>(to_acc(xr[v])) : A(0);
-        for_each_tap_run<ND>(g, q, [&](int32_t kk, int32_t tp, const TapRun<int32_t>& run) {
-          const TC* src = base + kk * lay.row_stride + (tp - l0);
-          const int64_t step = run.k_step * lay.row_stride - run.o_step;
-#pragma unroll 4
-          for (int32_t i = 0; i < run.count; ++i, src += step, tp -= run.o_step)
-            if (static_cast<uint32_t>(tp - l0) < static_cast<uint32_t>(lc))
-              acc += static_cast<A>(to_acc(__ldg(src)));
-        });
-        p.v[v] = store_value<TX>(acc);
-        increment<ND>(q, g.in);
-      }
+      const TapRun<int32_t> r = taps_reading<int32_t>(g, ND - 1, w0 + v);
+      first[v] = r.k;
+      position[v] = r.o;
+      taps[v] = v < count ? r.count : 0;
+      most = taps[v] > most ? taps[v] : most;
     }
+    TX* xr = x + ((n0 + n) * C + c) * g.in_size + inner * width + w0;
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      acc[v] = accumulate && v < count ? static_cast<A>(to_acc(xr[v])) : A(0);
+    const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride - l0;
+    if (most > 0) {
+      for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
+        const TC* src[V];
+        int32_t tp[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          tp[v] = o_outer * ow + position[v];
+          src[v] = base + static_cast<int64_t>(k_outer * kw + first[v]) * lay.row_stride + tp[v];
+        }
+        for (int32_t i = 0; i < most; ++i) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            if (i < taps[v] && static_cast<uint32_t>(tp[v] - l0) < static_cast<uint32_t>(lc))
+              acc[v] += static_cast<A>(to_acc(__ldg(src[v])));
+            src[v] += step;
+            tp[v] -= o_step;
+          }
+        }
+      });
+    }
+    Pack<TX, V> p;
+#pragma unroll
+    for (int v = 0; v < V; ++v) p.v[v] = store_value<TX>(acc[v]);
     if (vector_store && count == V) {
       *reinterpret_cast<Pack<TX, V>*>(xr) = p;
     } else {
@@ -528,12 +580,12 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
   if (!channels_last) {
-    const int64_t rows = nc * C;
-    const int64_t runs = (g.in_size + V - 1) / V;
-    const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0 &&
-                     g.in_size % V == 0;
-    fold_cf_kernel<ND, TC, TX, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
-        cols, x, g, C, n0, lay, rows, runs, accumulate, vec);
+    const int64_t width = g.in[ND - 1];
+    const int64_t lines = nc * C * (g.in_size / width);
+    const int64_t runs = (width + V - 1) / V;
+    const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0 && width % V == 0;
+    fold_cf_kernel<ND, TC, TX, V><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
+        cols, x, g, C, n0, lay, lines, runs, accumulate, vec);
   } else {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
