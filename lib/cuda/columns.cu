@@ -300,14 +300,46 @@ __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
 }
 
 // Channels-first: consecutive threads take consecutive positions of the band
-// (when the band has fewer positions than threads, the threads split into
-// groups over the channels); a thread holds the offsets of up to kPositions
-// positions and writes them for every tap of each of its channels, so a tap
-// offset is read once per kPositions elements.
+// (LANES of them: the whole block, or a warp when the band has fewer
+// positions than the block has threads, the warps then splitting the
+// channels); a thread holds the offsets of up to kPositions positions and
+// writes them for every tap of each of its channels, so a tap offset is read
+// once per kPositions elements. LANES is a compile-time constant so that
+// the kPositions stores of a tap share one address (immediate offsets): ncu
+// showed the kernel issue-bound at 8 instructions per element.
 constexpr int kPositions = 8;
 
+template <int LANES, int ND, typename U>
+__device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,  // taps: bytes
+                                           const Geometry& g, const TilePlan& t,
+                                           const ColumnsLayout& lay, const TileBlock& b) {
+  constexpr int32_t groups = kThreads / LANES;
+  const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += LANES * kPositions) {
+    int32_t pos[kPositions];  // byte offsets into a channel's tile; -1: none
+#pragma unroll
+    for (int j = 0; j < kPositions; ++j) {
+      const int32_t e = e0 + j * LANES;
+      pos[j] = e < b.p_end ? position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + e, b.row0) *
+                                 static_cast<int32_t>(sizeof(U))
+                           : -1;
+    }
+    for (int32_t ci = group; ci < b.channels; ci += groups) {
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(tile + ci * t.plane);
+      U* dst = image + ci * g.kernel_size * lay.row_stride + e0;
+      for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
+        const unsigned char* tap = src + taps[kk];
+#pragma unroll
+        for (int j = 0; j < kPositions; ++j)
+          if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const U*>(tap + pos[j]);
+      }
+    }
+  }
+}
+
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
-// the 5 blocks that 48 registers allow.
+// the 5 blocks that 48 registers allow. Launched with kThreads threads.
 template <int ND, typename U>
 __global__ void __launch_bounds__(kThreads, 6)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -317,7 +349,8 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
   const TileBlock b = tile_block(t, C, lay);
   const int32_t K = static_cast<int32_t>(g.kernel_size);
-  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, kk);
+  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
+    taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
   const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
   const int32_t width = t.extent[ND - 1], lines = t.plane / width;
   fill_tile(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
@@ -328,38 +361,66 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     return q >= 0 ? xb + ci * g.in_size + base + q : nullptr;
   });
   __syncthreads();
-  const int32_t positions = b.p_end - b.p_begin;
-  const int32_t lanes = positions < static_cast<int32_t>(blockDim.x) ? positions : blockDim.x;
-  const int32_t groups = blockDim.x / lanes;
-  const int32_t group = threadIdx.x / lanes, first = threadIdx.x - group * lanes;
-  if (group >= groups) return;
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
-  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += lanes * kPositions) {
-    int32_t pos[kPositions];
-#pragma unroll
-    for (int j = 0; j < kPositions; ++j) {
-      const int32_t e = e0 + j * lanes;
-      pos[j] = e < b.p_end ? position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + e, b.row0) : -1;
-    }
-    for (int32_t ci = group; ci < b.channels; ci += groups) {
-      const U* src = tile + ci * t.plane;
-      U* dst = image + ci * g.kernel_size * lay.row_stride + e0;
-      for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
-        const int32_t off = taps[kk];
-#pragma unroll
-        for (int j = 0; j < kPositions; ++j)
-          if (pos[j] >= 0) dst[j * lanes] = src[pos[j] + off];
-      }
-    }
+  if (b.p_end - b.p_begin >= kThreads) {
+    write_band<kThreads, ND>(tile, taps, image, g, t, lay, b);
+  } else {
+    write_band<32, ND>(tile, taps, image, g, t, lay, b);
   }
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
-// run of rows (n, l), each C * K long. Each warp takes segments of
-// 32 * kSegment elements, lane i element i of every 32; an element's place
-// (position, offset in its row) advances by 32 per step, so its tile offset
-// comes from two tables with no division.
-constexpr int32_t kSegment = 8;
+// run of rows (n, l), each C * K long; element r of a row reads the tile at
+// position[p] + element[r] (byte offsets, from two tables). Rows of at least
+// 32 elements are written a chunk of 32 * kChunk elements at a time: a lane
+// keeps the chunk's element offsets in registers and a warp writes the chunk
+// of one position after another, 3 instructions per element (ncu showed the
+// kernel issue-bound). Shorter rows are written as one flat run, lane i
+// taking element i of every 32, whose (position, element) advance by 32.
+constexpr int32_t kChunk = 8;
+
+template <typename U>
+__device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, const int32_t* element,
+                                                   const int32_t* position, U* dst,
+                                                   int32_t positions, int32_t row) {
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int32_t chunk = 0; chunk < row; chunk += 32 * kChunk) {
+    int32_t el[kChunk];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const int32_t r = chunk + lane + 32 * i;
+      el[i] = r < row ? element[r] : -1;
+    }
+    U* out = dst + static_cast<int64_t>(warp) * row + chunk + lane;
+    for (int32_t p = warp; p < positions; p += warps, out += static_cast<int64_t>(warps) * row) {
+      const unsigned char* src = tile + position[p];
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i)
+        if (el[i] >= 0) out[32 * i] = *reinterpret_cast<const U*>(src + el[i]);
+    }
+  }
+}
+
+template <typename U>
+__device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const int32_t* element,
+                                                const int32_t* position, U* dst,
+                                                int32_t positions, int32_t row) {
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int32_t count = positions * row;
+  for (int32_t seg = warp * 32 * kChunk; seg < count; seg += warps * 32 * kChunk) {
+    int32_t p = (seg + lane) / row, r = (seg + lane) - p * row;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int32_t e = seg + lane + 32 * j;
+      if (e < count) dst[e] = *reinterpret_cast<const U*>(tile + position[p] + element[r]);
+      r += 32;
+      while (r >= row) {
+        r -= row;
+        ++p;
+      }
+    }
+  }
+}
 
 template <int ND, typename U>
 __global__ void __launch_bounds__(kThreads)
@@ -369,15 +430,17 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const TileBlock b = tile_block(t, C, lay);
   const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
   const int32_t Cg = C32 / static_cast<int32_t>(lay.groups), row = K * C32;
+  const int32_t positions = b.p_end - b.p_begin;
+  constexpr int32_t bytes = sizeof(U);
   int32_t* element = reinterpret_cast<int32_t*>(smem);  // row entries
   int32_t* position = element + row;                     // band positions
   U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
   for (int32_t r = threadIdx.x; r < row; r += blockDim.x) {
     const int32_t gi = r / (K * Cg), kk = r / Cg - gi * K, j = r % Cg;
-    element[r] = tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j;
+    element[r] = (tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j) * bytes;
   }
-  for (int32_t p = threadIdx.x; p < b.p_end - b.p_begin; p += blockDim.x)
-    position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32;
+  for (int32_t p = threadIdx.x; p < positions; p += blockDim.x)
+    position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32 * bytes;
   const U* xb = x + (n0 + b.n) * g.in_size * C;
   const int32_t width = t.extent[ND - 1] * C32;
   fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
@@ -387,30 +450,13 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
     return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
   });
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   __syncthreads();
-  const int64_t count = static_cast<int64_t>(b.p_end - b.p_begin) * row;
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
-  for (int64_t seg = static_cast<int64_t>(warp) * 32 * kSegment; seg < count;
-       seg += static_cast<int64_t>(warps) * 32 * kSegment) {
-    int64_t p64, r64;
-    divmod(seg + lane, static_cast<int64_t>(row), p64, r64);
-    int32_t p = static_cast<int32_t>(p64), r = static_cast<int32_t>(r64);
-#pragma unroll
-    for (int j = 0; j < kSegment; ++j) {
-      const int64_t e = seg + lane + 32 * j;
-      if (e < count) dst[e] = tile[position[p] + element[r]];
-      r += 32;
-      if (r >= row) {
-        if (r < 2 * row) {
-          r -= row;
-          ++p;
-        } else {
-          p += r / row;
-          r %= row;
-        }
-      }
-    }
+  const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
+  if (row >= 32) {
+    write_rows_chunked(bytes_tile, element, position, dst, positions, row);
+  } else {
+    write_rows_flat(bytes_tile, element, position, dst, positions, row);
   }
 }
 
