@@ -120,6 +120,12 @@ struct TilePlan {
   int32_t channel_blocks = 1;
   int32_t table = 0;       // int32 entries before the tile
   size_t smem = 0;         // bytes: table, then tile
+  // Divisors of the per-element index math.
+  FastDiv out[kMaxSpatial];     // g.out
+  FastDiv extent_div[kMaxSpatial];
+  FastDiv width;                // elements per tile line: extent[ND-1] (times C channels-last)
+  FastDiv lines;                // tile lines per channel
+  FastDiv channels_div;         // C (channels-last)
 };
 
 constexpr size_t kTileSmemPreferred = 24 * 1024;
@@ -171,6 +177,13 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
   t->table = static_cast<int32_t>(entries(band));
   t->smem = bytes(band, channels);
+  for (int d = 0; d < g.nd; ++d) {
+    t->out[d] = FastDiv(g.out[d]);
+    t->extent_div[d] = FastDiv(t->extent[d]);
+  }
+  t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
+  t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
+  t->channels_div = FastDiv(C);
   return true;
 }
 
@@ -197,8 +210,13 @@ template <int ND>
 __device__ __forceinline__ int32_t position_offset(const Geometry& g, const TilePlan& t,
                                                    int32_t l, int32_t row0) {
   int32_t o[kMaxSpatial];
-  unravel<ND>(l, g.out, o);
-  o[0] -= row0;
+#pragma unroll
+  for (int d = ND - 1; d > 0; --d) {
+    int32_t q;
+    t.out[d].divmod(l, q, o[d]);
+    l = q;
+  }
+  o[0] = l - row0;
   int32_t off = 0;
 #pragma unroll
   for (int d = 0; d < ND; ++d)
@@ -218,11 +236,10 @@ __device__ __forceinline__ int32_t input_coordinate(const Geometry& g, int d, in
   return p < static_cast<int32_t>(g.in[d]) ? p : -1;
 }
 
-// The tile is filled line by line: a line runs along the last spatial
-// dimension, so a warp's lanes read consecutive input, and the other
-// coordinates are decoded once per line. line_source() is the input offset of
-// a line's element 0 (all dimensions but the last; -1 when the line lies in
-// padding or a hole); column_source() the last coordinate of its element w.
+// The tile is made of lines along the last spatial dimension (consecutive
+// input). line_source() is the input offset of a line's element 0 (all
+// dimensions but the last; -1 when the line lies in padding or a hole);
+// column_source() the last coordinate of its element w.
 template <int ND>
 __device__ __forceinline__ int32_t line_source(const Geometry& g, const TilePlan& t,
                                                int32_t line, int32_t row0) {
@@ -233,8 +250,9 @@ __device__ __forceinline__ int32_t line_source(const Geometry& g, const TilePlan
     if (d == 0) {
       p = line + row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
     } else {
-      p = line % t.extent[d] - static_cast<int32_t>(g.pad_lo[d]);
-      line /= t.extent[d];
+      int32_t rest;
+      t.extent_div[d].divmod(line, line, rest);
+      p = rest - static_cast<int32_t>(g.pad_lo[d]);
     }
     const int32_t i = input_coordinate(g, d, p);
     if (i < 0) return -1;
@@ -352,10 +370,10 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
   const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
-  const int32_t width = t.extent[ND - 1], lines = t.plane / width;
   fill_tile(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
-    const int32_t cl = e / width, w = e - cl * width;
-    const int32_t ci = cl / lines, line = cl - ci * lines;
+    int32_t cl, w, ci, line;
+    t.width.divmod(e, cl, w);
+    t.lines.divmod(cl, ci, line);
     const int32_t base = line_source<ND>(g, t, line, b.row0);
     const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
     return q >= 0 ? xb + ci * g.in_size + base + q : nullptr;
@@ -442,11 +460,11 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t p = threadIdx.x; p < positions; p += blockDim.x)
     position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32 * bytes;
   const U* xb = x + (n0 + b.n) * g.in_size * C;
-  const int32_t width = t.extent[ND - 1] * C32;
   fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
-    const int32_t line = e / width, w = e - line * width;
+    int32_t line, w;
+    t.width.divmod(e, line, w);
     const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const int32_t wc = w / C32;
+    const int32_t wc = t.channels_div.div(w);
     const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
     return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
   });

@@ -43,6 +43,27 @@ __device__ __forceinline__ int64_t grid_step() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
+// Division by a divisor fixed at launch, for 0 <= n < 2^31: a multiply-high,
+// an add and a shift (the round-up method of Granlund and Montgomery) in
+// place of the ~20 instructions of an integer division.
+struct FastDiv {
+  uint32_t d = 1, m = 1, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(int64_t divisor) : d(static_cast<uint32_t>(divisor)) {
+    while ((uint64_t{1} << s) < d) ++s;
+    m = static_cast<uint32_t>((uint64_t{1} << 32) * ((uint64_t{1} << s) - d) / d + 1);
+  }
+  __device__ __forceinline__ int32_t div(int32_t n) const {
+    const uint32_t u = static_cast<uint32_t>(n);
+    return static_cast<int32_t>((__umulhi(u, m) + u) >> s);
+  }
+  // n / d and n % d.
+  __device__ __forceinline__ void divmod(int32_t n, int32_t& q, int32_t& r) const {
+    q = div(n);
+    r = n - q * static_cast<int32_t>(d);
+  }
+};
+
 inline unsigned blocks_for(int64_t work) {
   const int64_t b = (work + kThreads - 1) / kThreads;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
