@@ -185,6 +185,42 @@ def test_every_layout_every_rank(platform, nd, layout):
     check_against_lax(cfg, 0, np.float64)
 
 
+# Depthwise convolutions large enough to span several shared-memory tiles and
+# bands (channels-first) or several vector units of channels (channels-last),
+# and small enough to use the warp-sized bands: the depthwise CUDA kernels.
+DEPTHWISE_CASES = {
+    "2d-56-s1": dict(nd=2, c=16, spatial=(56, 56), kernel=(3, 3), strides=(1, 1),
+                     padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
+    "2d-7-s1": dict(nd=2, c=40, spatial=(7, 7), kernel=(3, 3), strides=(1, 1),
+                    padding="SAME", rhs_dilation=(1, 1)),
+    "2d-s2-dil2": dict(nd=2, c=8, spatial=(33, 30), kernel=(3, 5), strides=(2, 1),
+                       padding=((2, 0), (3, 4)), rhs_dilation=(2, 2)),
+    "1d-long": dict(nd=1, c=12, spatial=(3001,), kernel=(7,), strides=(1,),
+                    padding=((3, 3),), rhs_dilation=(1,)),
+    "3d": dict(nd=3, c=8, spatial=(6, 20, 17), kernel=(3, 3, 3), strides=(1, 2, 1),
+               padding="SAME", rhs_dilation=(1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, jnp.bfloat16],
+                         ids=["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(DEPTHWISE_CASES))
+def test_depthwise_against_lax(platform, layout, dtype, name):
+  case = DEPTHWISE_CASES[name]
+  nd, c = case["nd"], case["c"]
+  specs = layout_specs(layout, nd)
+  dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
+  cfg = dict(lhs_shape=place(dn.lhs_spec, (2, c, *case["spatial"])),
+             rhs_shape=place(dn.rhs_spec, (c, 1, *case["kernel"])),
+             kwargs=dict(window_strides=case["strides"], padding=case["padding"],
+                         rhs_dilation=case["rhs_dilation"], dimension_numbers=specs,
+                         feature_group_count=c))
+  with on_platform(platform):
+    check_against_lax(cfg, 1, dtype, precision=HIGHEST)
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("padding", ["SAME", "SAME_LOWER", "VALID"])
 def test_string_paddings(platform, padding):

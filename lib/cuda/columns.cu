@@ -15,6 +15,7 @@
 
 #include "columns.h"
 #include "device_util.cuh"
+#include "tile.cuh"
 
 namespace im2col::cuda {
 namespace {
@@ -99,224 +100,6 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
-// ---- Tiled unfold --------------------------------------------------------
-//
-// A block stages in shared memory the input its windows read: for a band of
-// output rows along the first spatial dimension, the padded (and, with lhs
-// dilation, dilated) input rows under those windows, padding and holes
-// stored as zeros. Every column entry is then one shared-memory read at
-// (position offset + tap offset), with no bounds checks, and consecutive
-// threads write consecutive column entries (coalesced stores, shared-memory
-// reads free of bank conflicts at unit stride).
-
-struct TilePlan {
-  int32_t band = 0;        // output rows of spatial dimension 0 per block
-  int32_t bands = 0;       // bands covering the chunk's positions
-  int32_t first_row = 0;   // output row (dimension 0) where band 0 starts
-  int32_t rest = 0;        // output positions per row: out_size / out[0]
-  int32_t extent[kMaxSpatial] = {1, 1, 1};  // tile extents (dilated, padded coords)
-  int32_t plane = 0;       // prod(extent): tile elements per channel
-  int32_t channels = 0;    // channels per block (channels-first); C (last)
-  int32_t channel_blocks = 1;
-  int32_t table = 0;       // int32 entries before the tile
-  size_t smem = 0;         // bytes: table, then tile
-  // Divisors of the per-element index math.
-  FastDiv out[kMaxSpatial];     // g.out
-  FastDiv extent_div[kMaxSpatial];
-  FastDiv width;                // elements per tile line: extent[ND-1] (times C channels-last)
-  FastDiv lines;                // tile lines per channel
-  FastDiv channels_div;         // C (channels-last)
-};
-
-constexpr size_t kTileSmemPreferred = 24 * 1024;
-constexpr size_t kTileSmemMax = 48 * 1024;  // no opt-in attribute needed
-constexpr int64_t kTileWork = 2048;         // (position, channel) pairs per block
-
-__host__ __device__ inline size_t table_bytes(int64_t entries) {
-  return (static_cast<size_t>(entries) * sizeof(int32_t) + 15) / 16 * 16;
-}
-
-// Plans a tiled unfold; false when the tile does not pay or does not fit.
-// Channels-first, a block covers `channels` channels of a band; its table
-// holds the K tap offsets. Channels-last, a block covers all C channels of a
-// band; its table holds, per element of a column row (C * K), the tap offset
-// times C plus the channel, then the offset of every position of the band.
-inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
-                      bool channels_last, size_t elem_bytes, TilePlan* t) {
-  for (int d = 0; d < g.nd; ++d) {
-    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
-    // Windows further apart than their extent would stage unread input.
-    if (g.stride[d] > window) return false;
-    t->extent[d] = static_cast<int32_t>((g.out[d] - 1) * g.stride[d] + window);
-  }
-  const int64_t K = g.kernel_size;
-  t->rest = static_cast<int32_t>(g.out_size / g.out[0]);
-  const int64_t row_first = lay.l0 / t->rest;
-  const int64_t row_last = (lay.l0 + lay.lc - 1) / t->rest;
-  const int64_t rows = row_last - row_first + 1;
-  t->first_row = static_cast<int32_t>(row_first);
-  int64_t inner = 1;
-  for (int d = 1; d < g.nd; ++d) inner *= t->extent[d];
-  const int64_t window0 = dilated_extent(g.kernel[0], g.rhs_dilation[0]);
-  auto tile_rows = [&](int64_t band) { return (band - 1) * g.stride[0] + window0; };
-  int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
-  int64_t channels = channels_last ? C : std::max<int64_t>(1, std::min<int64_t>(C, kTileWork / (band * t->rest)));
-  auto entries = [&](int64_t band_) { return channels_last ? K * C + band_ * t->rest : K; };
-  auto bytes = [&](int64_t band_, int64_t ch) {
-    return table_bytes(entries(band_)) + static_cast<size_t>(ch * tile_rows(band_) * inner) * elem_bytes;
-  };
-  while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
-    channels = (channels + 1) / 2;
-  while (bytes(band, channels) > kTileSmemPreferred && band > 1) band = (band + 1) / 2;
-  if (bytes(band, channels) > kTileSmemMax) return false;
-  t->band = static_cast<int32_t>(band);
-  t->bands = static_cast<int32_t>((rows + band - 1) / band);
-  t->extent[0] = static_cast<int32_t>(tile_rows(band));
-  t->plane = static_cast<int32_t>(tile_rows(band) * inner);
-  t->channels = static_cast<int32_t>(channels);
-  t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
-  t->table = static_cast<int32_t>(entries(band));
-  t->smem = bytes(band, channels);
-  for (int d = 0; d < g.nd; ++d) {
-    t->out[d] = FastDiv(g.out[d]);
-    t->extent_div[d] = FastDiv(t->extent[d]);
-  }
-  t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
-  t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
-  t->channels_div = FastDiv(C);
-  return true;
-}
-
-inline int64_t tile_blocks(const TilePlan& t, int64_t nc) {
-  return nc * t.channel_blocks * t.bands;
-}
-
-// Offset into the tile of kernel tap k (flat): sum of k[d] * rhs_dilation[d]
-// in the tile's row-major extents.
-template <int ND>
-__device__ __forceinline__ int32_t tap_offset(const Geometry& g, const TilePlan& t, int32_t kk) {
-  int32_t k[kMaxSpatial];
-  unravel<ND>(kk, g.kernel, k);
-  int32_t off = 0;
-#pragma unroll
-  for (int d = 0; d < ND; ++d)
-    off = off * t.extent[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
-  return off;
-}
-
-// Offset into the tile of output position l (flat) for the band starting at
-// output row `row0`.
-template <int ND>
-__device__ __forceinline__ int32_t position_offset(const Geometry& g, const TilePlan& t,
-                                                   int32_t l, int32_t row0) {
-  int32_t o[kMaxSpatial];
-#pragma unroll
-  for (int d = ND - 1; d > 0; --d) {
-    int32_t q;
-    t.out[d].divmod(l, q, o[d]);
-    l = q;
-  }
-  o[0] = l - row0;
-  int32_t off = 0;
-#pragma unroll
-  for (int d = 0; d < ND; ++d)
-    off = off * t.extent[d] + o[d] * static_cast<int32_t>(g.stride[d]);
-  return off;
-}
-
-// Input coordinate along dimension d at dilated, padded coordinate p, or -1
-// for padding and holes.
-__device__ __forceinline__ int32_t input_coordinate(const Geometry& g, int d, int32_t p) {
-  if (p < 0) return -1;
-  if (g.any_lhs_dilation) {
-    const int32_t ld = static_cast<int32_t>(g.lhs_dilation[d]);
-    if (p % ld != 0) return -1;
-    p /= ld;
-  }
-  return p < static_cast<int32_t>(g.in[d]) ? p : -1;
-}
-
-// The tile is made of lines along the last spatial dimension (consecutive
-// input). line_source() is the input offset of a line's element 0 (all
-// dimensions but the last; -1 when the line lies in padding or a hole);
-// column_source() the last coordinate of its element w.
-template <int ND>
-__device__ __forceinline__ int32_t line_source(const Geometry& g, const TilePlan& t,
-                                               int32_t line, int32_t row0) {
-  int32_t flat = 0, scale = static_cast<int32_t>(g.in[ND - 1]);
-#pragma unroll
-  for (int d = ND - 2; d >= 0; --d) {
-    int32_t p;
-    if (d == 0) {
-      p = line + row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
-    } else {
-      int32_t rest;
-      t.extent_div[d].divmod(line, line, rest);
-      p = rest - static_cast<int32_t>(g.pad_lo[d]);
-    }
-    const int32_t i = input_coordinate(g, d, p);
-    if (i < 0) return -1;
-    flat += i * scale;
-    scale *= static_cast<int32_t>(g.in[d]);
-  }
-  return flat;
-}
-
-template <int ND>
-__device__ __forceinline__ int32_t column_source(const Geometry& g, int32_t w, int32_t row0) {
-  const int32_t shift = ND == 1 ? row0 * static_cast<int32_t>(g.stride[0]) : 0;
-  return input_coordinate(g, ND - 1, w + shift - static_cast<int32_t>(g.pad_lo[ND - 1]));
-}
-
-// Fills tile[0, count) with the block's threads, element e from source(e)
-// (nullptr: padding or a hole, stored as zero). Consecutive threads take
-// consecutive elements, which along a tile line are consecutive input; each
-// thread issues kFill loads before storing any, so that a block with a small
-// tile (one wave of blocks, nothing else to hide the latency) waits for
-// about count / (kFill * blockDim) load round trips instead of one per element.
-constexpr int kFill = 4;
-
-template <typename U, typename Source>
-__device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& source) {
-  const int32_t step = static_cast<int32_t>(blockDim.x);
-  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
-    U v[kFill];
-#pragma unroll
-    for (int u = 0; u < kFill; ++u) {
-      const int32_t e = e0 + u * step;
-      const U* src = e < count ? source(e) : nullptr;
-      v[u] = src != nullptr ? __ldg(src) : U(0);
-    }
-#pragma unroll
-    for (int u = 0; u < kFill; ++u)
-      if (e0 + u * step < count) tile[e0 + u * step] = v[u];
-  }
-}
-
-// The band, channel block and image of this block.
-struct TileBlock {
-  int64_t n;
-  int32_t c0, channels, row0;
-  int32_t p_begin, p_end;  // chunk positions [p_begin, p_end) of the band
-};
-
-__device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
-                                                const ColumnsLayout& lay) {
-  int64_t b = blockIdx.x, band, cb;
-  divmod(b, static_cast<int64_t>(t.bands), b, band);
-  divmod(b, static_cast<int64_t>(t.channel_blocks), b, cb);
-  TileBlock tb;
-  tb.n = b;
-  tb.c0 = static_cast<int32_t>(cb) * t.channels;
-  tb.channels = t.channels < C - tb.c0 ? t.channels : static_cast<int32_t>(C - tb.c0);
-  tb.row0 = t.first_row + static_cast<int32_t>(band) * t.band;
-  const int64_t begin = static_cast<int64_t>(tb.row0) * t.rest;
-  const int64_t end = begin + static_cast<int64_t>(t.band) * t.rest;
-  tb.p_begin = static_cast<int32_t>((begin > lay.l0 ? begin : lay.l0) - lay.l0);
-  tb.p_end = static_cast<int32_t>((end < lay.l0 + lay.lc ? end : lay.l0 + lay.lc) - lay.l0);
-  return tb;
-}
-
 // Channels-first: consecutive threads take consecutive positions of the band
 // (LANES of them: the whole block, or a warp when the band has fewer
 // positions than the block has threads, the warps then splitting the
@@ -369,15 +152,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  const U* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
-  fill_tile(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
-    int32_t cl, w, ci, line;
-    t.width.divmod(e, cl, w);
-    t.lines.divmod(cl, ci, line);
-    const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
-    return q >= 0 ? xb + ci * g.in_size + base + q : nullptr;
-  });
+  fill_channels_first<ND>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, g, t, b);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
   if (b.p_end - b.p_begin >= kThreads) {
@@ -641,14 +416,17 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
                        const ColumnsLayout& lay, bool channels_last,
                        bool accumulate, cudaStream_t stream) {
   constexpr int V = 16 / sizeof(TC);
+  // Channels-first, 4 elements per thread at most: 8 took 104 registers
+  // (2 blocks per SM) for no more loads in flight per SM.
+  constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
   if (!channels_last) {
     const int64_t width = g.in[ND - 1];
     const int64_t lines = nc * C * (g.in_size / width);
-    const int64_t runs = (width + V - 1) / V;
-    const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0 && width % V == 0;
-    fold_cf_kernel<ND, TC, TX, V><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
+    const int64_t runs = (width + Vcf - 1) / Vcf;
+    const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * Vcf) == 0 && width % Vcf == 0;
+    fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
         cols, x, g, C, n0, lay, lines, runs, accumulate, vec);
   } else {
     const int64_t rows = nc * g.in_size;

@@ -4,6 +4,7 @@
 
 #include "device_util.cuh"
 #include "direct_conv.h"
+#include "tile.cuh"
 
 namespace im2col::cuda {
 namespace {
@@ -64,6 +65,68 @@ forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict_
   }
 }
 
+// Depthwise (one input and one output channel per group), channels-first: a
+// block stages the input under a band of output rows for some channels in
+// shared memory (tile.cuh), then consecutive threads take consecutive output
+// positions (LANES: the block, or a warp for bands smaller than the block)
+// and sum their kPositions windows tap by tap; the weight of a tap is one
+// broadcast load for the warp.
+constexpr int kPositions = 4;
+
+template <int LANES, int ND, typename T, typename TY>
+__device__ __forceinline__ void depthwise_band(const T* tile, const int32_t* taps, const T* w,
+                                               TY* y, const Geometry& g, const TilePlan& t,
+                                               const TileBlock& b) {
+  using A = typename Acc<TY>::type;
+  constexpr int32_t groups = kThreads / LANES;
+  const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += LANES * kPositions) {
+    int32_t pos[kPositions];
+#pragma unroll
+    for (int j = 0; j < kPositions; ++j) {
+      const int32_t e = e0 + j * LANES;
+      pos[j] = e < b.p_end ? position_offset<ND>(g, t, e, b.row0) : -1;
+    }
+    for (int32_t ci = group; ci < b.channels; ci += groups) {
+      const T* src = tile + ci * t.plane;
+      const T* wc = w + (b.c0 + ci) * g.kernel_size;
+      A acc[kPositions];
+#pragma unroll
+      for (int j = 0; j < kPositions; ++j) acc[j] = A(0);
+      for (int32_t kk = 0; kk < K; ++kk) {
+        const A wk = static_cast<A>(to_acc(__ldg(wc + kk)));
+        const T* tap = src + taps[kk];
+#pragma unroll
+        for (int j = 0; j < kPositions; ++j)
+          if (pos[j] >= 0) acc[j] += wk * static_cast<A>(to_acc(tap[pos[j]]));
+      }
+      TY* out = y + (b.n * t.channels_total + b.c0 + ci) * g.out_size + e0;
+#pragma unroll
+      for (int j = 0; j < kPositions; ++j)
+        if (pos[j] >= 0) out[j * LANES] = store_value<TY>(acc[j]);
+    }
+  }
+}
+
+template <int ND, typename T, typename TY>
+__global__ void __launch_bounds__(kThreads)
+depthwise_cf_tiled_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
+                          Geometry g, ColumnsLayout lay, TilePlan t) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* taps = reinterpret_cast<int32_t*>(smem);
+  T* tile = reinterpret_cast<T*>(smem + table_bytes(t.table));
+  const TileBlock b = tile_block(t, t.channels_total, lay);
+  for (int32_t kk = threadIdx.x; kk < g.kernel_size; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, kk);
+  fill_channels_first<ND>(tile, x + (b.n * t.channels_total + b.c0) * g.in_size, g, t, b);
+  __syncthreads();
+  if (b.p_end - b.p_begin >= kThreads) {
+    depthwise_band<kThreads, ND>(tile, taps, w, y, g, t, b);
+  } else {
+    depthwise_band<32, ND>(tile, taps, w, y, g, t, b);
+  }
+}
+
 template <int ND, typename T>
 __global__ void __launch_bounds__(kThreads)
 backward_data_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
@@ -76,20 +139,106 @@ backward_data_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __res
     image_coords(sh.channels_last, t, sh.c, g.in_size, n, c, q);
     int64_t gi, j;
     divmod(c, Cg, gi, j);
-    int32_t qc[kMaxSpatial], k[kMaxSpatial];
+    int32_t qc[kMaxSpatial];
     unravel<ND>(q, g.in, qc);
-    for (int d = 0; d < ND; ++d) k[d] = 0;
     A acc = 0;
-    for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-      const int64_t l = target_position<ND>(g, qc, k);
-      if (l < 0) continue;
+    for_each_tap_reading<ND>(g, qc, [&](int32_t kk, int32_t l) {
       for (int64_t oo = 0; oo < Og; ++oo) {
         const int64_t o = gi * Og + oo;
         acc += static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, n, o, l, sh.o, g.out_size)))) *
                static_cast<A>(to_acc(__ldg(w + filter_index(sh.channels_last, o, j, kk, Cg, K))));
       }
-    }
+    });
     dx[t] = store_value<T>(acc);
+  }
+}
+
+// Stages the (C, K) depthwise weights in shared memory as [tap][channel], in
+// the accumulator type, so that a tap's weights for V channels are one read.
+template <typename T, typename A>
+__device__ __forceinline__ void stage_weights(const T* w, A* weights, int32_t K, int32_t C) {
+  for (int32_t i = threadIdx.x; i < K * C; i += blockDim.x) {
+    const int32_t kk = i / C, c = i - kk * C;
+    weights[i] = static_cast<A>(to_acc(w[c * K + kk]));
+  }
+  __syncthreads();
+}
+
+// Depthwise, channels-last: a thread sums V consecutive channels of one output
+// position, a 16-byte load of the input per tap; the block first stages the
+// weights in shared memory as [tap][channel] (accumulator type), so that a
+// tap's V weights are one vector read.
+template <int ND, typename T, typename TY, int V>
+__global__ void __launch_bounds__(kThreads)
+depthwise_cl_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
+                    Geometry g, int64_t N, int64_t C) {
+  using A = typename Acc<TY>::type;
+  extern __shared__ __align__(16) unsigned char smem[];
+  A* weights = reinterpret_cast<A*>(smem);
+  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
+  stage_weights(w, weights, K, C32);
+  const int64_t units = C / V;
+  for (int64_t t = grid_start(); t < N * g.out_size * units; t += grid_step()) {
+    int64_t row, unit, n, l;
+    divmod(t, units, row, unit);
+    divmod(row, g.out_size, n, l);
+    int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+    unravel<ND>(l, g.out, o);
+    window_origin<ND>(g, o, origin);
+#pragma unroll
+    for (int d = 0; d < ND; ++d) k[d] = 0;
+    const T* xn = x + n * g.in_size * C + unit * V;
+    const A* wu = weights + unit * V;
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = A(0);
+    for (int32_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+      const int32_t s = source_offset_at<ND>(g, origin, k);
+      if (s < 0) continue;
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xn + static_cast<int64_t>(s) * C);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] += wu[kk * C32 + v] * static_cast<A>(to_acc(p.v[v]));
+    }
+    Pack<TY, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.v[v] = store_value<TY>(acc[v]);
+    *reinterpret_cast<Pack<TY, V>*>(y + row * C + unit * V) = out;
+  }
+}
+
+// Depthwise input gradient, channels-last: a thread sums V consecutive
+// channels of one input position over the taps that read it (16-byte loads
+// of dy), in increasing tap order like backward_data_kernel.
+template <int ND, typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+depthwise_backward_data_cl_kernel(const T* __restrict__ dy, const T* __restrict__ w,
+                                  T* __restrict__ dx, Geometry g, int64_t N, int64_t C) {
+  using A = typename Acc<T>::type;
+  extern __shared__ __align__(16) unsigned char smem[];
+  A* weights = reinterpret_cast<A*>(smem);
+  const int32_t C32 = static_cast<int32_t>(C);
+  stage_weights(w, weights, static_cast<int32_t>(g.kernel_size), C32);
+  const int64_t units = C / V;
+  for (int64_t t = grid_start(); t < N * g.in_size * units; t += grid_step()) {
+    int64_t row, unit, n, q;
+    divmod(t, units, row, unit);
+    divmod(row, g.in_size, n, q);
+    int32_t qc[kMaxSpatial];
+    unravel<ND>(q, g.in, qc);
+    const T* dyn = dy + n * g.out_size * C + unit * V;
+    const A* wu = weights + unit * V;
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = A(0);
+    for_each_tap_reading<ND>(g, qc, [&](int32_t kk, int32_t l) {
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(dyn + static_cast<int64_t>(l) * C);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] += wu[kk * C32 + v] * static_cast<A>(to_acc(p.v[v]));
+    });
+    Pack<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.v[v] = store_value<T>(acc[v]);
+    *reinterpret_cast<Pack<T, V>*>(dx + row * C + unit * V) = out;
   }
 }
 
@@ -163,6 +312,38 @@ cudaError_t with_type(DataType t, Fn&& fn) {
   }
 }
 
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// The depthwise kernels above, where they apply; false leaves the call to
+// forward_kernel.
+template <int ND, typename T, typename TY>
+bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const DirectShapes& s,
+                       cudaStream_t stream) {
+  using A = typename Acc<TY>::type;
+  if (s.groups != s.c || s.o != s.c) return false;
+  if (!s.channels_last) {
+    ColumnsLayout lay;
+    lay.lc = g.out_size;
+    TilePlan t;
+    if (!plan_tile(g, lay, s.c, false, sizeof(T), &t) || tile_blocks(t, s.n) >= (int64_t{1} << 31))
+      return false;
+    t.channels_total = static_cast<int32_t>(s.c);
+    depthwise_cf_tiled_kernel<ND, T, TY><<<static_cast<unsigned>(tile_blocks(t, s.n)), kThreads, t.smem, stream>>>(
+        x, w, y, g, lay, t);
+    return true;
+  }
+  constexpr int V = 16 / sizeof(T);
+  const size_t smem = static_cast<size_t>(g.kernel_size * s.c) * sizeof(A);
+  if (s.c % V != 0 || smem > 48 * 1024 || !aligned_to(x, 16) || !aligned_to(y, sizeof(TY) * V))
+    return false;
+  // Few blocks, each looping: every block stages all the weights.
+  const unsigned blocks = std::min(blocks_for(s.n * g.out_size * (s.c / V)), 4096u);
+  depthwise_cl_kernel<ND, T, TY, V><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+  return true;
+}
+
 }  // namespace
 
 cudaError_t direct_forward(const void* x, const void* w, void* y, DataType in, DataType out,
@@ -173,16 +354,20 @@ cudaError_t direct_forward(const void* x, const void* w, void* y, DataType in, D
     constexpr int ND = decltype(rank)::value;
     return with_type(in, [&](auto tag) {
       using T = decltype(tag);
+      auto launch = [&](auto out_tag) {
+        using TY = decltype(out_tag);
+        const T* xt = static_cast<const T*>(x);
+        const T* wt = static_cast<const T*>(w);
+        TY* yt = static_cast<TY*>(y);
+        if (!depthwise_forward<ND>(xt, wt, yt, g, s, stream))
+          forward_kernel<ND, T, TY><<<blocks_for(total), kThreads, 0, stream>>>(xt, wt, yt, g, s);
+        return cudaGetLastError();
+      };
       if (out == DataType::F32 && !std::is_same_v<T, float>) {
         if constexpr (std::is_same_v<T, double>) return cudaErrorInvalidValue;
-        else
-          forward_kernel<ND, T, float><<<blocks_for(total), kThreads, 0, stream>>>(
-              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<float*>(y), g, s);
-      } else {
-        forward_kernel<ND, T, T><<<blocks_for(total), kThreads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), g, s);
+        else return launch(float{});
       }
-      return cudaGetLastError();
+      return launch(T{});
     });
   });
 }
@@ -195,8 +380,18 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {
       using T = decltype(tag);
-      backward_data_kernel<ND, T><<<blocks_for(total), kThreads, 0, stream>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s);
+      using A = typename Acc<T>::type;
+      constexpr int V = 16 / sizeof(T);
+      const size_t smem = static_cast<size_t>(g.kernel_size * s.c) * sizeof(A);
+      if (s.channels_last && s.groups == s.c && s.o == s.c && s.c % V == 0 && smem <= 48 * 1024 &&
+          aligned_to(dy, 16) && aligned_to(dx, 16)) {
+        const unsigned blocks = std::min(blocks_for(s.n * g.in_size * (s.c / V)), 4096u);
+        depthwise_backward_data_cl_kernel<ND, T, V><<<blocks, kThreads, smem, stream>>>(
+            static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s.n, s.c);
+      } else {
+        backward_data_kernel<ND, T><<<blocks_for(total), kThreads, 0, stream>>>(
+            static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s);
+      }
       return cudaGetLastError();
     });
   });
