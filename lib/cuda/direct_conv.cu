@@ -164,6 +164,22 @@ __device__ __forceinline__ void stage_weights(const T* w, A* weights, int32_t K,
   __syncthreads();
 }
 
+// acc[v] += weights[v] * src[v] for V channels (src 16-byte aligned).
+template <int V, typename T, typename A>
+__device__ __forceinline__ void multiply_add(A (&acc)[V], const T* src, const A* weights) {
+  const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src);
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += weights[v] * static_cast<A>(to_acc(p.v[v]));
+}
+
+template <int V, typename TY, typename A>
+__device__ __forceinline__ void store_channels(TY* dst, const A (&acc)[V]) {
+  Pack<TY, V> out;
+#pragma unroll
+  for (int v = 0; v < V; ++v) out.v[v] = store_value<TY>(acc[v]);
+  *reinterpret_cast<Pack<TY, V>*>(dst) = out;
+}
+
 // Depthwise, channels-last: a thread sums V consecutive channels of one output
 // position, a 16-byte load of the input per tap; the block first stages the
 // weights in shared memory as [tap][channel] (accumulator type), so that a
@@ -194,15 +210,9 @@ depthwise_cl_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __rest
     for (int v = 0; v < V; ++v) acc[v] = A(0);
     for (int32_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
       const int32_t s = source_offset_at<ND>(g, origin, k);
-      if (s < 0) continue;
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xn + static_cast<int64_t>(s) * C);
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] += wu[kk * C32 + v] * static_cast<A>(to_acc(p.v[v]));
+      if (s >= 0) multiply_add<V>(acc, xn + static_cast<int64_t>(s) * C, wu + kk * C32);
     }
-    Pack<TY, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = store_value<TY>(acc[v]);
-    *reinterpret_cast<Pack<TY, V>*>(y + row * C + unit * V) = out;
+    store_channels<V>(y + row * C + unit * V, acc);
   }
 }
 
@@ -231,14 +241,9 @@ depthwise_backward_data_cl_kernel(const T* __restrict__ dy, const T* __restrict_
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = A(0);
     for_each_tap_reading<ND>(g, qc, [&](int32_t kk, int32_t l) {
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(dyn + static_cast<int64_t>(l) * C);
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] += wu[kk * C32 + v] * static_cast<A>(to_acc(p.v[v]));
+      multiply_add<V>(acc, dyn + static_cast<int64_t>(l) * C, wu + kk * C32);
     });
-    Pack<T, V> out;
-#pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = store_value<T>(acc[v]);
-    *reinterpret_cast<Pack<T, V>*>(dx + row * C + unit * V) = out;
+    store_channels<V>(dx + row * C + unit * V, acc);
   }
 }
 
