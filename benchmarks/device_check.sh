@@ -8,6 +8,10 @@
 # bench.md, bench.png. Each step runs even if the one before failed; a short
 # summary is printed last.
 #
+# The whole benchmark takes longer than one device call allows: run it in parts
+# (BENCH_ARGS="--only ceil,unfold,fold", then "--only fwd,bwd --layouts cf", ...)
+# and join the parts' bench.json files with benchmarks/merge_results.py.
+#
 # Optional environment:
 #   SKIP_BUILD=1   use the jax_im2col already installed (a warm machine)
 #   SKIP_MAIN=1    skip `python -m jax_im2col`

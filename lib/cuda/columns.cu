@@ -1,11 +1,13 @@
 // CUDA unfold (im2col) and fold (col2im as a gather) kernels.
 //
-// unfold: the tiled kernels below (input staged in shared memory) where the
-// tile fits and pays; otherwise, and for wide channels-last rows, kernels in
-// which a thread handles a run of V elements contiguous in the array it
-// writes (16 bytes when the layout allows), so that the index math is paid
-// once per run and stores are full vectors. fold: a gather over the taps
-// that read each element (for_each_tap_run), a run of V elements per thread.
+// unfold: the tiled kernels below (input staged in shared memory, tile.cuh)
+// where the tile fits and pays; otherwise, and for wide channels-last rows,
+// kernels in which a thread handles a run of V elements contiguous in the
+// array it writes (16 bytes when the layout allows), so that the index math
+// is paid once per run and stores are full vectors. fold: a gather over the
+// taps that read each element (taps_reading / for_each_tap_run), V elements
+// per thread: consecutive channels (channels-last) or consecutive elements of
+// a line stepped through their taps together (channels-first).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
