@@ -49,7 +49,7 @@ __device__ __forceinline__ int64_t grid_step() {
 struct FastDiv {
   uint32_t d = 1, m = 1, s = 0;
   FastDiv() = default;
-  explicit FastDiv(int64_t divisor) : d(static_cast<uint32_t>(divisor)) {
+  explicit FastDiv(int64_t divisor) : d(static_cast<uint32_t>(divisor > 1 ? divisor : 1)) {
     while ((uint64_t{1} << s) < d) ++s;
     m = static_cast<uint32_t>((uint64_t{1} << 32) * ((uint64_t{1} << s) - d) / d + 1);
   }
