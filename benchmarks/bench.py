@@ -95,7 +95,7 @@ class Case:
   groups: int = 1
   lhs_dilation: tuple | None = None  # transposed convolution
   group: str = "suite"
-  ops: tuple = ("unfold", "fold", "fwd", "bwd")
+  ops: tuple = ("unfold", "fold", "fwd", "bwd", "dgrad", "wgrad")
   layouts: tuple = ("cf", "cl")
   dtypes: tuple = ("f32", "bf16")
   note: str = ""
@@ -130,7 +130,7 @@ SUITE_TABLE = [
 ]
 SUITE = [Case(*row) for row in SUITE_TABLE]
 
-_EXTRA = dict(group="extra", dtypes=("f32",), ops=("fwd", "bwd"))
+_EXTRA = dict(group="extra", dtypes=("f32",), ops=("fwd", "bwd", "dgrad", "wgrad"))
 EXTRAS = [
     Case("jax13800_dw1d", 32, 512, (1024,), 512, (5,), (1,), (2,), (1,), groups=512, layouts=("cf",),
          note="jax#13800: depthwise 1-D, slow backward", **_EXTRA),
@@ -772,16 +772,27 @@ def op_fwd(b: Bench, case: Case, dt: str, layout: str):
   b.run_torch(base, "torch", lambda: (conv, b.data.torch_sets([x_shape(case, "cf"), tw], dt, mf)))
 
 
-def op_bwd(b: Bench, case: Case, dt: str, layout: str):
+def op_bwd(b: Bench, case: Case, dt: str, layout: str, wrt: str = "bwd"):
+  """The VJP of the conv: wrt "bwd" both gradients, "dgrad" the input's alone,
+  "wgrad" the weights' alone (XLA and torch then compute only that one)."""
   dtype = DTYPES[dt]
   shapes = [x_shape(case, layout), w_shape(case, layout), y_shape(case, layout)]
-  base = base_fields("bwd", case, dt, layout, flops=2 * conv_flops(case))
+  base = base_fields(wrt, case, dt, layout, flops=(2 if wrt == "bwd" else 1) * conv_flops(case))
+  want_x, want_w = wrt in ("bwd", "dgrad"), wrt in ("bwd", "wgrad")
+
+  def vjp(fn):
+    if want_x and want_w:
+      return lambda x, w, g: jax.vjp(fn, x, w)[1](g)
+    if want_x:
+      return lambda x, w, g: jax.vjp(lambda x: fn(x, w), x)[1](g)
+    return lambda x, w, g: jax.vjp(lambda w: fn(x, w), w)[1](g)
+
   sets = b.data.sets(shapes, dtype)
   for name, fn in conv_impls(case, layout, dt)[:2]:  # DEFAULT precision only
     if fn is None:
       b.skip(base, name, NO_OURS_CONV)
     else:
-      b.run_jax(base, name, lambda x, w, g, fn=fn: jax.vjp(fn, x, w)[1](g), sets)
+      b.run_jax(base, name, vjp(fn), sets)
   del sets
   tc = torch_conv(case, layout)
   if isinstance(tc, str):
@@ -792,10 +803,11 @@ def op_bwd(b: Bench, case: Case, dt: str, layout: str):
   def make():
     sets = []
     for x, w, g in b.data.torch_sets([x_shape(case, "cf"), tw, torch_y_shape(case)], dt, mf):
-      x.requires_grad_(True)
-      w.requires_grad_(True)
-      sets.append((conv(x, w), x, w, g))  # the forward runs once, outside the timing
-    return (lambda y, x, w, g: torch.autograd.grad(y, (x, w), g, retain_graph=True)), sets
+      x.requires_grad_(want_x)
+      w.requires_grad_(want_w)
+      wrt_args = (x, w) if want_x and want_w else (x,) if want_x else (w,)
+      sets.append((conv(x, w), wrt_args, g))  # the forward runs once, outside the timing
+    return (lambda y, wrt_args, g: torch.autograd.grad(y, wrt_args, g, retain_graph=True)), sets
 
   b.run_torch(base, "torch", make, grad=True)
 
@@ -838,7 +850,10 @@ def op_per_example(b: Bench, case: Case, dt: str, layout: str):
   b.run_torch(base, "torch", make)
 
 
-OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex": op_per_example}
+OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex": op_per_example,
+       "dgrad": functools.partial(op_bwd, wrt="dgrad"), "wgrad": functools.partial(op_bwd, wrt="wgrad")}
+# Asked for by name only (not by "extra"): the backward split into its two gradients.
+SPLIT_GRADS = ("dgrad", "wgrad")
 
 
 def measure_ceilings(b: Bench, quick: bool):
@@ -874,7 +889,7 @@ def plan(args) -> list:
   then the extra cases, then the suite channels-last."""
   ops = set()
   for o in args.only.split(","):
-    ops |= {"conv": {"fwd", "bwd"}, "extra": {"extra"}}.get(o, {o})
+    ops |= {"conv": {"fwd", "bwd"}, "extra": {"extra"}, "grads": set(SPLIT_GRADS)}.get(o, {o})
   cases = [shrink(c) if args.quick else c for c in SUITE + EXTRAS]
   if args.cases:
     names = args.cases.split(",")
@@ -885,7 +900,8 @@ def plan(args) -> list:
     for case in cases:
       if case.group != group:
         continue
-      case_ops = [o for o in case.ops if o in ops or (group == "extra" and "extra" in ops)]
+      case_ops = [o for o in case.ops
+                  if o in ops or (group == "extra" and "extra" in ops and o not in SPLIT_GRADS)]
       for layout in case.layouts:
         if layout in layouts and layout_pass in (None, layout):
           out += [(case, dt, layout, op) for dt in case.dtypes if dt in dtypes for op in case_ops]
@@ -959,6 +975,10 @@ SECTIONS = {
                 derived=[("ours TFLOP/s", lambda row, c: row.get("ours", {}).get("tflops"), 1),
                          ("ours temp MB", lambda row, c: row.get("ours", {}).get("temp_mb"), 1),
                          ("xla temp MB", lambda row, c: row.get("xla", {}).get("temp_mb"), 1)]),
+    "dgrad": dict(title="Convolution input gradient alone (ms)", impls=["ours", "xla", "torch"],
+                  ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")], derived=[]),
+    "wgrad": dict(title="Convolution weight gradient alone (ms)", impls=["ours", "xla", "torch"],
+                  ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")], derived=[]),
     "unfold": dict(title="Unfold / im2col (ms); xla = conv_general_dilated_patches", impls=["ours", "xla", "torch"],
                    ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
                    derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
@@ -1213,8 +1233,9 @@ def parse_args(argv=None):
   p.add_argument("--quick", action="store_true", help="shrunk shapes, small ceilings, short timings")
   p.add_argument("--only", default="ceil,unfold,fold,fwd,bwd,extra",
                  help="comma list of: ceil (copy + GEMM ceilings), unfold, fold, fwd, bwd, conv (= fwd,bwd), "
-                      "pex (per-example grads), extra (every extra case); fwd/bwd/conv also run the "
-                      "extra cases' fwd/bwd")
+                      "dgrad, wgrad, grads (= dgrad,wgrad: input / weight gradient alone), "
+                      "pex (per-example grads), extra (every extra case's fwd/bwd/pex); fwd/bwd/conv/dgrad/"
+                      "wgrad also run the extra cases' fwd/bwd/dgrad/wgrad")
   p.add_argument("--cases", default="", help="comma list of (substrings of) case names")
   p.add_argument("--dtypes", default="f32,bf16")
   p.add_argument("--layouts", default="cf,cl", help="cf = channels-first, cl = channels-last")

@@ -307,8 +307,29 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   return _gemm_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, plan)
 
 
-# Direct filter gradient: about this many (slice, channel) threads in pass 1.
-_DIRECT_FILTER_THREADS = 1 << 16
+# Direct filter gradient: partial sums per slice of output rows of one image
+# (FilterSlices in lib/cuda/direct_conv.h). The channels-first depthwise
+# kernel stages the input in shared memory about _TILE_POSITIONS (position,
+# channel) pairs per block (kTileWork in lib/cuda/tile.cuh); its slices span
+# about that many positions, so that each thread sums many positions before
+# the reduction. The other kernels get about _DIRECT_FILTER_PAIRS (slice,
+# output channel) pairs in all: enough blocks to fill the GPU, few enough
+# partial sums to stay a small part of the traffic.
+_DIRECT_FILTER_PAIRS = 1 << 17
+_TILE_POSITIONS = 2048
+
+
+def direct_filter_slices(n, out_spatial, o, tiled):
+  """(output rows per slice, number of slices) of the direct filter gradient;
+  `tiled`: the channels-first depthwise kernel."""
+  out0 = out_spatial[0]
+  if tiled:
+    rest = int(np.prod(out_spatial[1:], dtype=np.int64))
+    rows = max(1, min(out0, -(-_TILE_POSITIONS // rest)))
+  else:
+    per_image = max(1, min(out0, -(-max(1, _DIRECT_FILTER_PAIRS // o) // n)))
+    rows = -(-out0 // per_image)
+  return rows, n * -(-out0 // rows)
 
 
 @empty_safe
@@ -317,14 +338,13 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
-    positions = xa.shape[0] * int(np.prod(_unfold.image_spatial(dya.shape, spec.channels_last)))
-    slices = max(1, min(positions, -(-_DIRECT_FILTER_THREADS // o)))
-    per_slice = -(-positions // slices)
-    slices = -(-positions // per_slice)
+    tiled = spec.groups == c == o and not spec.channels_last
+    rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),
+                                        o, tiled)
     taps = (c // spec.groups) * spec.window.kernel_size
     acc = 8 if dtype == np.float64 else 4
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
-                      positions=per_slice, workspace_bytes=slices * o * taps * acc,
+                      positions=rows, workspace_bytes=slices * o * taps * acc,
                       algorithm=ALGORITHM_DIRECT)
   no_columns = spec.window.is_identity and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,

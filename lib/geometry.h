@@ -95,6 +95,33 @@ inline void finish_geometry(Geometry& g, const int64_t* pad_hi) {
   }
 }
 
+// The input gradient of a convolution without lhs dilation, written as a
+// convolution of the output gradient: stride 1, lhs dilation = the stride,
+// the same kernel read backwards (its tap k is the original tap K - 1 - k),
+// and low padding window - 1 - pad_lo, the high padding chosen so that its
+// output has the input's extents. False where g has lhs dilation.
+inline bool transposed_geometry(const Geometry& g, Geometry* t) {
+  if (g.any_lhs_dilation) return false;
+  Geometry r;
+  r.nd = g.nd;
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
+    r.in[d] = g.out[d];
+    r.kernel[d] = g.kernel[d];
+    r.rhs_dilation[d] = g.rhs_dilation[d];
+    r.lhs_dilation[d] = g.stride[d];
+    r.stride[d] = 1;
+    r.pad_lo[d] = window - 1 - g.pad_lo[d];
+    pad_hi[d] = g.in[d] + window - 1 - dilated_extent(g.out[d], g.stride[d]) - r.pad_lo[d];
+  }
+  finish_geometry(r, pad_hi);
+  for (int d = 0; d < g.nd; ++d)
+    if (r.out[d] != g.in[d]) return false;
+  *t = r;
+  return true;
+}
+
 // a / b and a % b for non-negative operands, in 32 bits when both fit (the
 // GPU has no 64-bit divider; this keeps the common case cheap).
 IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from jax import lax
 
 import jax_im2col
-from conftest import PLATFORMS, on_platform
+from conftest import GPU_DEVICES, PLATFORMS, on_platform
+from jax_im2col import _conv_primitives
 
 conv = jax_im2col.conv_general_dilated
 HIGHEST = lax.Precision.HIGHEST
@@ -208,17 +209,66 @@ DEPTHWISE_CASES = {
                          ids=["float64", "float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(DEPTHWISE_CASES))
 def test_depthwise_against_lax(platform, layout, dtype, name):
+  """Output, input gradient and filter gradient."""
+  cfg = depthwise_config(name, layout)
+  with on_platform(platform):
+    check_vjp_against_lax(cfg, 1, dtype)
+
+
+def depthwise_config(name, layout):
   case = DEPTHWISE_CASES[name]
   nd, c = case["nd"], case["c"]
   specs = layout_specs(layout, nd)
   dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
-  cfg = dict(lhs_shape=place(dn.lhs_spec, (2, c, *case["spatial"])),
-             rhs_shape=place(dn.rhs_spec, (c, 1, *case["kernel"])),
-             kwargs=dict(window_strides=case["strides"], padding=case["padding"],
-                         rhs_dilation=case["rhs_dilation"], dimension_numbers=specs,
-                         feature_group_count=c))
-  with on_platform(platform):
-    check_against_lax(cfg, 1, dtype, precision=HIGHEST)
+  return dict(lhs_shape=place(dn.lhs_spec, (2, c, *case["spatial"])),
+              rhs_shape=place(dn.rhs_spec, (c, 1, *case["kernel"])),
+              kwargs=dict(window_strides=case["strides"], padding=case["padding"],
+                          rhs_dilation=case["rhs_dilation"], dimension_numbers=specs,
+                          feature_group_count=c))
+
+
+def check_vjp_against_lax(cfg, seed, dtype):
+  """The output and both cotangents at HIGHEST against lax's (half types: lax
+  in float32 on the same rounded operands and cotangent)."""
+  x, w = operands(cfg, seed, dtype)
+  ours, vjp = jax.vjp(lambda x, w: conv(x, w, precision=HIGHEST, **cfg["kwargs"]), x, w)
+  ct = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(ours.shape), dtype)
+  ref_type = np.float32 if np.dtype(dtype) in (np.dtype(jnp.bfloat16), np.dtype(np.float16)) else dtype
+  ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, precision=HIGHEST, **cfg["kwargs"]),
+                         x.astype(ref_type), w.astype(ref_type))
+  for a, b in zip((ours, *vjp(ct)), (ref, *vjp_ref(ct.astype(ref_type)))):
+    assert_close(a, b, TOL[np.dtype(dtype)], dtype=np.dtype(dtype))
+
+
+# How the direct filter gradient slices the output positions (FilterSlices):
+# attribute values of jax_im2col._conv_primitives.
+SLICINGS = {
+    # One slice per image: several bands per slice, whole-block reductions.
+    "whole-image": dict(_TILE_POSITIONS=1 << 40, _DIRECT_FILTER_PAIRS=1),
+    # One output row per slice: warp-sized reductions, many partial sums.
+    "one-row": dict(_TILE_POSITIONS=1, _DIRECT_FILTER_PAIRS=1 << 40),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
+@pytest.mark.parametrize("slicing", list(SLICINGS))
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", ["2d-56-s1", "2d-s2-dil2", "1d-long", "3d"])
+def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, name):
+  """The depthwise filter gradient at the extremes of its slicing (the
+  default lies between): the CUDA kernels' reductions and loops over bands."""
+  for attr, value in SLICINGS[slicing].items():
+    monkeypatch.setattr(_conv_primitives, attr, value)
+  rows = {"whole-image": 56, "one-row": 1}[slicing]
+  assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, layout == "cf") == (rows, 2 * 56 // rows)
+  jax.clear_caches()
+  try:
+    with on_platform("gpu"):
+      check_vjp_against_lax(depthwise_config(name, layout), 2, dtype)
+  finally:
+    jax.clear_caches()
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

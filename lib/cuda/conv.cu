@@ -150,7 +150,8 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // --- shapes ----------------------------------------------------------------
 
 // algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h); for
-// the direct filter gradient, chunk_positions is the positions per slice.
+// the direct filter gradient, chunk_positions is the output rows per slice
+// (FilterSlices).
 struct ConvAttrs {
   WindowAttrs window;
   bool channels_last;
@@ -408,13 +409,11 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
   if (a.algorithm == 1) {
-    const int64_t positions = s.image.n * s.g.out_size;
-    const int64_t slices = (positions + a.chunk_positions - 1) / a.chunk_positions;
-    const size_t acc_bytes = in == DataType::F64 ? 8 : 4;
-    if (workspace->size_bytes() < static_cast<size_t>(slices * s.O * s.CgK) * acc_bytes)
+    const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
+    if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))
       return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
     return cuda_error(direct_backward_filter(dy.untyped_data(), x.untyped_data(), dw->untyped_data(),
-                                             workspace->untyped_data(), a.chunk_positions, in, s.g,
+                                             workspace->untyped_data(), slices, in, s.g,
                                              direct_shapes(s), stream),
                       "direct conv filter gradient");
   }

@@ -43,8 +43,16 @@ constexpr size_t kTileSmemPreferred = 24 * 1024;
 constexpr size_t kTileSmemMax = 48 * 1024;  // no opt-in attribute needed
 constexpr int64_t kTileWork = 2048;         // (position, channel) pairs per block
 
+__host__ __device__ inline size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
 __host__ __device__ inline size_t table_bytes(int64_t entries) {
-  return (static_cast<size_t>(entries) * sizeof(int32_t) + 15) / 16 * 16;
+  return round16(static_cast<size_t>(entries) * sizeof(int32_t));
+}
+
+// Bytes of the table and the tile: where a kernel's own shared memory
+// (plan_tile's block_extra and channel_extra) begins.
+__host__ __device__ inline size_t tile_end(const TilePlan& t, size_t elem_bytes) {
+  return table_bytes(t.table) + round16(static_cast<size_t>(t.channels) * t.plane * elem_bytes);
 }
 
 // Plans a tiled unfold; false when the tile does not pay or does not fit.
@@ -52,8 +60,12 @@ __host__ __device__ inline size_t table_bytes(int64_t entries) {
 // holds the K tap offsets. Channels-last, a block covers all C channels of a
 // band; its table holds, per element of a column row (C * K), the tap offset
 // times C plus the channel, then the offset of every position of the band.
+// A kernel that needs shared memory of its own after the tile (tile_end())
+// asks for block_extra bytes per block and channel_extra per channel of the
+// block (channels-first).
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
-                      bool channels_last, size_t elem_bytes, TilePlan* t) {
+                      bool channels_last, size_t elem_bytes, TilePlan* t,
+                      size_t block_extra = 0, size_t channel_extra = 0) {
   for (int d = 0; d < g.nd; ++d) {
     const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
     // Windows further apart than their extent would stage unread input.
@@ -74,7 +86,8 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   int64_t channels = channels_last ? C : std::max<int64_t>(1, std::min<int64_t>(C, kTileWork / (band * t->rest)));
   auto entries = [&](int64_t band_) { return channels_last ? K * C + band_ * t->rest : K; };
   auto bytes = [&](int64_t band_, int64_t ch) {
-    return table_bytes(entries(band_)) + static_cast<size_t>(ch * tile_rows(band_) * inner) * elem_bytes;
+    return table_bytes(entries(band_)) + round16(static_cast<size_t>(ch * tile_rows(band_) * inner) * elem_bytes) +
+           block_extra + static_cast<size_t>(ch) * channel_extra;
   };
   while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
     channels = (channels + 1) / 2;

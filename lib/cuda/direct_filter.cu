@@ -1,0 +1,423 @@
+// Direct filter gradient (direct_conv.h): pass 1 writes, per slice of output
+// positions, the partial sums of dw; pass 2 sums the slices in a fixed order.
+//
+// Pass 1 has three kernels:
+// - depthwise channels-first: the input under a band of output rows is staged
+//   in shared memory (tile.cuh), as for the forward; a group of threads takes
+//   a channel, each thread every group-th position with one sum per tap in
+//   registers, then the group meets in a warp (and shared-memory) reduction;
+// - depthwise channels-last: a thread takes V consecutive channels, one
+//   vector load per tap, with the block's rows of threads on interleaved
+//   positions summed in shared memory;
+// - anything else (small groups): one thread per (slice, output channel),
+//   its Cg * K sums in shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "device_util.cuh"
+#include "direct_conv.h"
+#include "direct_util.cuh"
+#include "tile.cuh"
+
+namespace im2col::cuda {
+namespace {
+
+using DataType = xla::ffi::DataType;
+
+constexpr int kWarps = kThreads / 32;
+
+// The depthwise kernels keep KB (times V) sums in registers. With the block
+// size alone as a bound, ptxas caps them at 40-64 registers and spills; two
+// blocks per SM allow 128.
+constexpr int kFilterBlocksPerSM = 2;
+
+// The image and output rows [row_begin, row_end) of a slice.
+struct SliceRows {
+  int64_t n;
+  int32_t row_begin, row_end;
+};
+
+__device__ __forceinline__ SliceRows slice_rows(const FilterSlices& f, const Geometry& g,
+                                                int64_t slice) {
+  int64_t n, part;
+  divmod(slice, f.per_image, n, part);
+  const int64_t begin = part * f.rows;
+  const int64_t end = begin + f.rows < g.out[0] ? begin + f.rows : g.out[0];
+  return {n, static_cast<int32_t>(begin), static_cast<int32_t>(end)};
+}
+
+// The sum over a warp, the same in every lane; a fixed butterfly, so the
+// rounding does not depend on timing.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+// --- depthwise, channels-first -------------------------------------------------
+
+// Adds to totals[ci * K + k], for each channel ci of the block and tap k, the
+// sum over the band's positions l of dy[l] * x[src(l, k)]. A group of LANES
+// threads takes a channel (kThreads / LANES groups side by side), each thread
+// every LANES-th position; the lanes meet in a warp reduction, then (LANES >
+// 32) the group's warps in warp_sums (kWarps x KB), in a fixed order.
+template <int LANES, int KB, int ND, typename T, typename A>
+__device__ __forceinline__ void filter_band(const T* tile, const int32_t* taps, const T* dy_block,
+                                            A* totals, A* warp_sums, const Geometry& g,
+                                            const TilePlan& t, const TileBlock& b) {
+  constexpr int32_t groups = kThreads / LANES, group_warps = LANES / 32;
+  const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  int32_t tap[KB];
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) tap[kk] = kk < K ? taps[kk] : 0;
+  // Every thread runs every round (the block synchronizes in it).
+  for (int32_t round = 0; round < b.channels; round += groups) {
+    const int32_t ci = round + group;
+    const bool active = ci < b.channels;
+    A acc[KB];
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) acc[kk] = A(0);
+    if (active) {
+      const T* src = tile + ci * t.plane;
+      const T* dyc = dy_block + static_cast<int64_t>(ci) * g.out_size;
+      for (int32_t e = b.p_begin + first; e < b.p_end; e += LANES) {
+        const T* at = src + position_offset<ND>(g, t, e, b.row0);
+        const A d = static_cast<A>(to_acc(__ldg(dyc + e)));
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk)
+          if (kk < K) acc[kk] += d * static_cast<A>(to_acc(at[tap[kk]]));
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) acc[kk] = warp_sum(acc[kk]);
+    if constexpr (LANES == 32) {
+      if (active && lane == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk)
+          if (kk < K) totals[ci * K + kk] += acc[kk];
+      }
+    } else {
+      if (lane == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk)
+          if (kk < K) warp_sums[warp * KB + kk] = acc[kk];
+      }
+      __syncthreads();
+      if (active && first < K) {
+        A sum = A(0);
+#pragma unroll
+        for (int w = 0; w < group_warps; ++w) sum += warp_sums[(group * group_warps + w) * KB + first];
+        totals[ci * K + first] += sum;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// The widest group that still leaves every thread at least 8 positions of
+// the band, or that the block's few channels need to keep its threads busy.
+template <int KB, int ND, typename T, typename A>
+__device__ __forceinline__ void filter_band_any(const T* tile, const int32_t* taps, const T* dy_block,
+                                                A* totals, A* warp_sums, const Geometry& g,
+                                                const TilePlan& t, const TileBlock& b) {
+  const int32_t positions = b.p_end - b.p_begin;
+  if (positions >= 8 * 256 || b.channels <= 1) {
+    filter_band<256, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
+  } else if (positions >= 8 * 128 || b.channels <= 2) {
+    filter_band<128, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
+  } else if (positions >= 8 * 64 || b.channels <= 4) {
+    filter_band<64, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
+  } else {
+    filter_band<32, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
+  }
+}
+
+// Block (slice, channel block): loops over the bands of its slice, staging
+// each band's input in the tile, and writes its channels' sums to partials.
+template <int KB, int ND, typename T>
+__global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
+depthwise_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                           typename Acc<T>::type* __restrict__ partials, Geometry g, TilePlan t,
+                           FilterSlices f) {
+  using A = typename Acc<T>::type;
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* taps = reinterpret_cast<int32_t*>(smem);
+  T* tile = reinterpret_cast<T*>(smem + table_bytes(t.table));
+  A* warp_sums = reinterpret_cast<A*>(smem + tile_end(t, sizeof(T)));
+  A* totals = warp_sums + kWarps * KB;
+  const int64_t C = t.channels_total;
+  int64_t slice, cb;
+  divmod(static_cast<int64_t>(blockIdx.x), static_cast<int64_t>(t.channel_blocks), slice, cb);
+  const SliceRows r = slice_rows(f, g, slice);
+  TileBlock b;
+  b.n = r.n;
+  b.c0 = static_cast<int32_t>(cb) * t.channels;
+  b.channels = t.channels < C - b.c0 ? t.channels : static_cast<int32_t>(C - b.c0);
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_offset<ND>(g, t, kk);
+  for (int32_t i = threadIdx.x; i < b.channels * K; i += kThreads) totals[i] = A(0);
+  const T* x_block = x + (b.n * C + b.c0) * g.in_size;
+  const T* dy_block = dy + (b.n * C + b.c0) * g.out_size;
+  for (int32_t row0 = r.row_begin; row0 < r.row_end; row0 += t.band) {
+    b.row0 = row0;
+    b.p_begin = row0 * t.rest;
+    b.p_end = (row0 + t.band < r.row_end ? row0 + t.band : r.row_end) * t.rest;
+    __syncthreads();  // the previous band's reads of the tile are done
+    fill_channels_first<ND>(tile, x_block, g, t, b);
+    __syncthreads();
+    filter_band_any<KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
+  }
+  __syncthreads();
+  A* out = partials + (slice * C + b.c0) * K;
+  for (int32_t i = threadIdx.x; i < b.channels * K; i += kThreads) out[i] = totals[i];
+}
+
+template <int KB, int ND, typename T>
+bool depthwise_filter_cf(const T* dy, const T* x, typename Acc<T>::type* partials,
+                         const Geometry& g, const DirectShapes& s, const FilterSlices& f,
+                         cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  ColumnsLayout lay;
+  lay.lc = std::min(f.rows, g.out[0]) * (g.out_size / g.out[0]);
+  TilePlan t;
+  if (!plan_tile(g, lay, s.c, false, sizeof(T), &t, kWarps * KB * sizeof(A), g.kernel_size * sizeof(A)))
+    return false;
+  const int64_t blocks = f.count * t.channel_blocks;
+  if (blocks >= (int64_t{1} << 31)) return false;
+  t.channels_total = static_cast<int32_t>(s.c);
+  depthwise_filter_cf_kernel<KB, ND, T><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(
+      dy, x, partials, g, t, f);
+  return true;
+}
+
+// --- depthwise, channels-last --------------------------------------------------
+
+// Block (slice, unit block): `span` units of V channels side by side, and
+// kThreads / span rows of threads taking interleaved positions of the slice;
+// the rows' sums meet in shared memory, one tap at a time.
+template <int KB, int ND, typename T, int V>
+__global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
+depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                           typename Acc<T>::type* __restrict__ partials, Geometry g, int64_t C,
+                           FilterSlices f, int32_t span) {
+  using A = typename Acc<T>::type;
+  __shared__ Pack<A, V> row_sums[kThreads];
+  const int32_t units = static_cast<int32_t>(C / V), rows = kThreads / span;
+  const int64_t unit_blocks = (units + span - 1) / span;
+  int64_t slice, ub;
+  divmod(static_cast<int64_t>(blockIdx.x), unit_blocks, slice, ub);
+  const SliceRows r = slice_rows(f, g, slice);
+  const int32_t row = threadIdx.x / span, ul = threadIdx.x % span;
+  const int32_t u = static_cast<int32_t>(ub) * span + ul;
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  const int32_t rest = static_cast<int32_t>(g.out_size / g.out[0]);
+  A acc[KB][V];
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk)
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[kk][v] = A(0);
+  if (row < rows && u < units) {
+    const T* dyn = dy + r.n * g.out_size * C + u * V;
+    const T* xn = x + r.n * g.in_size * C + u * V;
+    for (int32_t l = r.row_begin * rest + row; l < r.row_end * rest; l += rows) {
+      int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+      unravel<ND>(l, g.out, o);
+      window_origin<ND>(g, o, origin);
+#pragma unroll
+      for (int d = 0; d < ND; ++d) k[d] = 0;
+      const Pack<T, V> dp = *reinterpret_cast<const Pack<T, V>*>(dyn + static_cast<int64_t>(l) * C);
+      A d[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) d[v] = static_cast<A>(to_acc(dp.v[v]));
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) {
+        if (kk < K) {
+          const int32_t s = source_offset_at<ND>(g, origin, k);
+          increment<ND>(k, g.kernel);
+          if (s >= 0) {
+            const Pack<T, V> xp = *reinterpret_cast<const Pack<T, V>*>(xn + static_cast<int64_t>(s) * C);
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[kk][v] += d[v] * static_cast<A>(to_acc(xp.v[v]));
+          }
+        }
+      }
+    }
+  }
+  A* out = partials + (slice * C + static_cast<int64_t>(u) * V) * K;
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) {
+    if (kk < K) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) row_sums[threadIdx.x].v[v] = acc[kk][v];
+      __syncthreads();
+      if (row == 0 && u < units) {
+        Pack<A, V> sum = row_sums[ul];
+        for (int32_t rr = 1; rr < rows; ++rr) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) sum.v[v] += row_sums[rr * span + ul].v[v];
+        }
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v * K + kk] = sum.v[v];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <int KB, int ND, typename T>
+bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partials,
+                         const Geometry& g, const DirectShapes& s, const FilterSlices& f,
+                         cudaStream_t stream) {
+  // Four channels per thread (two in float64, two past 16 taps): KB * V sums
+  // in registers.
+  constexpr int V = sizeof(T) == 8 || KB > 16 ? 2 : 4;
+  if (s.c % V != 0 || !aligned_to(dy, sizeof(T) * V) || !aligned_to(x, sizeof(T) * V)) return false;
+  const int64_t units = s.c / V;
+  const int32_t span = static_cast<int32_t>(std::min<int64_t>(units, kThreads));
+  const int64_t blocks = f.count * ((units + span - 1) / span);
+  if (blocks >= (int64_t{1} << 31)) return false;
+  depthwise_filter_cl_kernel<KB, ND, T, V><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      dy, x, partials, g, s.c, f, span);
+  return true;
+}
+
+// --- any groups ------------------------------------------------------------------
+
+// Thread (slice p, output channel o) sums dy[n, o, l] * x[n, c, src(l, k)]
+// over the slice's positions in order, for each of its Cg * K filter
+// elements, keeping the sums in shared memory (one column per thread).
+template <int ND, typename T, typename A>
+__global__ void __launch_bounds__(kThreads)
+filter_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, A* __restrict__ partials,
+                      Geometry g, DirectShapes sh, FilterSlices f) {
+  extern __shared__ unsigned char smem_raw[];
+  A* acc = reinterpret_cast<A*>(smem_raw);
+  const int64_t K = g.kernel_size, Cg = sh.c / sh.groups, Og = sh.o / sh.groups;
+  const int64_t taps = Cg * K, rest = g.out_size / g.out[0];
+  for (int64_t t = grid_start(); t < f.count * sh.o; t += grid_step()) {
+    int64_t p, o, gi, oo;
+    divmod(t, sh.o, p, o);
+    divmod(o, Og, gi, oo);
+    const int64_t c0 = gi * Cg;
+    const SliceRows r = slice_rows(f, g, p);
+    for (int64_t i = 0; i < taps; ++i) acc[i * kThreads + threadIdx.x] = 0;
+    for (int64_t l = r.row_begin * rest; l < r.row_end * rest; ++l) {
+      const A dyv = static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, r.n, o, l, sh.o, g.out_size))));
+      int32_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+      unravel<ND>(l, g.out, oc);
+      window_origin<ND>(g, oc, origin);
+#pragma unroll
+      for (int d = 0; d < ND; ++d) k[d] = 0;
+      for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+        const int64_t s = source_offset_at<ND>(g, origin, k);
+        if (s < 0) continue;
+        for (int64_t j = 0; j < Cg; ++j)
+          acc[(j * K + kk) * kThreads + threadIdx.x] +=
+              dyv * static_cast<A>(to_acc(__ldg(x + image_index(sh.channels_last, r.n, c0 + j, s, sh.c, g.in_size))));
+      }
+    }
+    for (int64_t i = 0; i < taps; ++i)
+      partials[(p * sh.o + o) * taps + i] = acc[i * kThreads + threadIdx.x];
+  }
+}
+
+// --- pass 2 ----------------------------------------------------------------------
+
+// Block: 32 filter elements x kReduceLanes lanes. Lane w sums slices w,
+// w + kReduceLanes, ... in four interleaved sums (four loads in flight); the
+// lanes then meet in a fixed pairwise tree.
+constexpr int kReduceLanes = 32;
+
+template <typename T, typename A>
+__global__ void __launch_bounds__(32 * kReduceLanes)
+filter_reduce_kernel(const A* __restrict__ partials, T* __restrict__ dw, int64_t elements,
+                     int64_t slices, int64_t Cg, int64_t K, bool cl) {
+  __shared__ A sums[kReduceLanes][33];
+  const int32_t x = threadIdx.x, w = threadIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + x;
+  A acc[4] = {A(0), A(0), A(0), A(0)};
+  if (i < elements) {
+    for (int64_t p = w; p < slices; p += 4 * kReduceLanes) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int64_t q = p + u * kReduceLanes;
+        if (q < slices) acc[u] += partials[q * elements + i];
+      }
+    }
+  }
+  sums[w][x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  __syncthreads();
+  for (int32_t half = kReduceLanes / 2; half > 0; half /= 2) {
+    if (w < half) sums[w][x] += sums[w + half][x];
+    __syncthreads();
+  }
+  if (w == 0 && i < elements) {
+    int64_t o, rest, j, kk;
+    divmod(i, Cg * K, o, rest);
+    divmod(rest, K, j, kk);
+    dw[filter_index(cl, o, j, kk, Cg, K)] = store_value<T>(sums[0][x]);
+  }
+}
+
+// Calls fn(integral_constant<KB>) with the tap bound the depthwise kernels
+// are compiled for: the smallest of 5, 9, 16, 32 that is at least K.
+template <typename Fn>
+bool with_tap_bound(int64_t K, Fn&& fn) {
+  if (K <= 5) return fn(std::integral_constant<int, 5>{});
+  if (K <= 9) return fn(std::integral_constant<int, 9>{});
+  if (K <= 16) return fn(std::integral_constant<int, 16>{});
+  if (K <= 32) return fn(std::integral_constant<int, 32>{});
+  return false;
+}
+
+}  // namespace
+
+cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void* partials,
+                                   const FilterSlices& f, DataType type, const Geometry& g,
+                                   const DirectShapes& s, cudaStream_t stream) {
+  const int64_t Cg = s.c / s.groups, taps = Cg * g.kernel_size;
+  if (taps > kDirectMaxTaps || f.count != s.n * f.per_image || f.per_image * f.rows < g.out[0])
+    return cudaErrorInvalidValue;
+  if (f.count == 0 || s.o == 0 || taps == 0) return cudaSuccess;
+  return dispatch_rank(g.nd, [&](auto rank) {
+    constexpr int ND = decltype(rank)::value;
+    return with_type(type, [&](auto tag) {
+      using T = decltype(tag);
+      using A = typename Acc<T>::type;
+      const T* dyt = static_cast<const T*>(dy);
+      const T* xt = static_cast<const T*>(x);
+      A* pt = static_cast<A*>(partials);
+      const bool depthwise = s.groups == s.c && s.o == s.c;
+      const bool done = depthwise && with_tap_bound(g.kernel_size, [&](auto bound) {
+        constexpr int KB = decltype(bound)::value;
+        return s.channels_last ? depthwise_filter_cl<KB, ND>(dyt, xt, pt, g, s, f, stream)
+                               : depthwise_filter_cf<KB, ND>(dyt, xt, pt, g, s, f, stream);
+      });
+      if (!done) {
+        const size_t smem = static_cast<size_t>(taps) * kThreads * sizeof(A);
+        if (smem > 48 * 1024) {
+          // Per call, not cached: the attribute belongs to the current device's
+          // context, and a call may run on any device. It is a cheap host call.
+          const cudaError_t e = cudaFuncSetAttribute(filter_partial_kernel<ND, T, A>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(smem));
+          if (e != cudaSuccess) return e;
+        }
+        filter_partial_kernel<ND, T, A><<<blocks_for(f.count * s.o), kThreads, smem, stream>>>(
+            dyt, xt, pt, g, s, f);
+      }
+      const int64_t elements = s.o * taps;
+      filter_reduce_kernel<T, A><<<static_cast<unsigned>((elements + 31) / 32), dim3(32, kReduceLanes), 0,
+                                   stream>>>(pt, static_cast<T*>(dw), elements, f.count, Cg,
+                                             g.kernel_size, s.channels_last);
+      return cudaGetLastError();
+    });
+  });
+}
+
+}  // namespace im2col::cuda

@@ -1,0 +1,57 @@
+// Index helpers and type dispatch shared by the direct convolution kernels
+// (direct_conv.cu, direct_filter.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../geometry.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace im2col::cuda {
+
+// Element (n, c, spatial offset s) of an image with C channels.
+__device__ __forceinline__ int64_t image_index(bool cl, int64_t n, int64_t c, int64_t s,
+                                               int64_t C, int64_t size) {
+  return cl ? (n * size + s) * C + c : (n * C + c) * size + s;
+}
+
+// Element (o, j, kk) of a filter: (O, Cg, K) channels-first, (O, K, Cg) last.
+__host__ __device__ __forceinline__ int64_t filter_index(bool cl, int64_t o, int64_t j, int64_t kk,
+                                                         int64_t Cg, int64_t K) {
+  return cl ? (o * K + kk) * Cg + j : (o * Cg + j) * K + kk;
+}
+
+// Splits a flat index over an image in memory order into (n, c, spatial).
+__device__ __forceinline__ void image_coords(bool cl, int64_t t, int64_t C, int64_t size,
+                                             int64_t& n, int64_t& c, int64_t& s) {
+  int64_t rest;
+  if (cl) {
+    divmod(t, C, rest, c);
+    divmod(rest, size, n, s);
+  } else {
+    divmod(t, size, rest, s);
+    divmod(rest, C, n, c);
+  }
+}
+
+// Calls fn(T{}) with the CUDA element type of t.
+template <typename Fn>
+cudaError_t with_type(xla::ffi::DataType t, Fn&& fn) {
+  using xla::ffi::DataType;
+  switch (t) {
+    case DataType::F16: return fn(__half{});
+    case DataType::BF16: return fn(__nv_bfloat16{});
+    case DataType::F32: return fn(float{});
+    case DataType::F64: return fn(double{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace im2col::cuda
