@@ -1,5 +1,5 @@
 """Runs unfold / fold of a few suite shapes once each, for profiling under ncu
-(benchmarks/profile_columns.sh): the typical 3x3 conv (both layouts, and
+(benchmarks/ncu_profile.sh columns): the typical 3x3 conv (both layouts, and
 bfloat16 channels-first), the strided 3x3, the 7x7-pixel 3x3 with 512
 channels (one wave of blocks), and the 3-channel 7x7/s2 stem."""
 

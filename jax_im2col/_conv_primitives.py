@@ -311,8 +311,8 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 # (FilterSlices in lib/cuda/direct_conv.h). The channels-first depthwise
 # kernel stages the input in shared memory about _TILE_POSITIONS (position,
 # channel) pairs per block (kTileWork in lib/cuda/tile.cuh); its slices span
-# about that many positions, so that each thread sums many positions before
-# the reduction. The other kernels get about _DIRECT_FILTER_PAIRS (slice,
+# at most that many positions (one tile band where it fits), so that each
+# thread sums many positions before the reduction. The other kernels get about _DIRECT_FILTER_PAIRS (slice,
 # output channel) pairs in all: enough blocks to fill the GPU, few enough
 # partial sums to stay a small part of the traffic.
 _DIRECT_FILTER_PAIRS = 1 << 17
@@ -325,7 +325,7 @@ def direct_filter_slices(n, out_spatial, o, tiled):
   out0 = out_spatial[0]
   if tiled:
     rest = int(np.prod(out_spatial[1:], dtype=np.int64))
-    rows = max(1, min(out0, -(-_TILE_POSITIONS // rest)))
+    rows = max(1, min(out0, _TILE_POSITIONS // rest))
   else:
     per_image = max(1, min(out0, -(-max(1, _DIRECT_FILTER_PAIRS // o) // n)))
     rows = -(-out0 // per_image)

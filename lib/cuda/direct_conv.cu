@@ -96,7 +96,7 @@ depthwise_cf_tiled_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* 
   const TileBlock b = tile_block(t, t.channels_total, lay);
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_offset<ND>(g, t, flip ? K - 1 - kk : kk);
-  fill_channels_first<ND>(tile, x + (b.n * t.channels_total + b.c0) * g.in_size, g, t, b);
+  fill_channels_first<ND, kDepthwiseFill>(tile, x + (b.n * t.channels_total + b.c0) * g.in_size, g, t, b);
   __syncthreads();
   if (b.p_end - b.p_begin >= kThreads) {
     depthwise_band<kThreads, ND>(tile, taps, w, y, g, t, b);

@@ -29,9 +29,15 @@ using DataType = xla::ffi::DataType;
 constexpr int kWarps = kThreads / 32;
 
 // The depthwise kernels keep KB (times V) sums in registers. With the block
-// size alone as a bound, ptxas caps them at 40-64 registers and spills; two
-// blocks per SM allow 128.
-constexpr int kFilterBlocksPerSM = 2;
+// size alone as a bound, ptxas caps them at 40-64 registers and spills; three
+// blocks per SM allow 80 (two took 96-127, and ncu showed them latency-bound
+// at 24% occupancy).
+constexpr int kFilterBlocksPerSM = 3;
+
+// Positions whose loads a thread of the channels-first kernel issues
+// together: fewer for many taps, whose sums take the registers.
+template <int KB>
+constexpr int kPositions = KB > 9 ? 4 : 8;
 
 // The image and output rows [row_begin, row_end) of a slice.
 struct SliceRows {
@@ -85,12 +91,23 @@ __device__ __forceinline__ void filter_band(const T* tile, const int32_t* taps, 
     if (active) {
       const T* src = tile + ci * t.plane;
       const T* dyc = dy_block + static_cast<int64_t>(ci) * g.out_size;
-      for (int32_t e = b.p_begin + first; e < b.p_end; e += LANES) {
-        const T* at = src + position_offset<ND>(g, t, e, b.row0);
-        const A d = static_cast<A>(to_acc(__ldg(dyc + e)));
+      // kPositions<KB> loads of dy in flight, then their taps from the tile.
+      for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += kPositions<KB> * LANES) {
+        A d[kPositions<KB>];
+        int32_t pos[kPositions<KB>];
 #pragma unroll
-        for (int kk = 0; kk < KB; ++kk)
-          if (kk < K) acc[kk] += d * static_cast<A>(to_acc(at[tap[kk]]));
+        for (int j = 0; j < kPositions<KB>; ++j) {
+          const int32_t e = e0 + j * LANES;
+          d[j] = e < b.p_end ? static_cast<A>(to_acc(__ldg(dyc + e))) : A(0);
+          pos[j] = e < b.p_end ? position_offset<ND>(g, t, e, b.row0) : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < kPositions<KB>; ++j) {
+          const T* at = src + pos[j];
+#pragma unroll
+          for (int kk = 0; kk < KB; ++kk)
+            if (kk < K) acc[kk] += d[j] * static_cast<A>(to_acc(at[tap[kk]]));
+        }
       }
     }
 #pragma unroll
@@ -119,18 +136,19 @@ __device__ __forceinline__ void filter_band(const T* tile, const int32_t* taps, 
   }
 }
 
-// The widest group that still leaves every thread at least 8 positions of
-// the band, or that the block's few channels need to keep its threads busy.
+// The widest group that still leaves every thread at least kPositions<KB>
+// positions of the band, or that the block's few channels need to keep its
+// threads busy.
 template <int KB, int ND, typename T, typename A>
 __device__ __forceinline__ void filter_band_any(const T* tile, const int32_t* taps, const T* dy_block,
                                                 A* totals, A* warp_sums, const Geometry& g,
                                                 const TilePlan& t, const TileBlock& b) {
   const int32_t positions = b.p_end - b.p_begin;
-  if (positions >= 8 * 256 || b.channels <= 1) {
+  if (positions >= kPositions<KB> * 256 || b.channels <= 1) {
     filter_band<256, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
-  } else if (positions >= 8 * 128 || b.channels <= 2) {
+  } else if (positions >= kPositions<KB> * 128 || b.channels <= 2) {
     filter_band<128, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
-  } else if (positions >= 8 * 64 || b.channels <= 4) {
+  } else if (positions >= kPositions<KB> * 64 || b.channels <= 4) {
     filter_band<64, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
   } else {
     filter_band<32, KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
@@ -168,7 +186,7 @@ depthwise_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     b.p_begin = row0 * t.rest;
     b.p_end = (row0 + t.band < r.row_end ? row0 + t.band : r.row_end) * t.rest;
     __syncthreads();  // the previous band's reads of the tile are done
-    fill_channels_first<ND>(tile, x_block, g, t, b);
+    fill_channels_first<ND, kDepthwiseFill>(tile, x_block, g, t, b);
     __syncthreads();
     filter_band_any<KB, ND>(tile, taps, dy_block, totals, warp_sums, g, t, b);
   }

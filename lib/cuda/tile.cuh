@@ -197,22 +197,25 @@ __device__ __forceinline__ int32_t column_source(const Geometry& g, int32_t w, i
 // consecutive elements, which along a tile line are consecutive input; each
 // thread issues kFill loads before storing any, so that a block with a small
 // tile (one wave of blocks, nothing else to hide the latency) waits for
-// about count / (kFill * blockDim) load round trips instead of one per element.
+// about count / (FILL * blockDim) load round trips instead of one per element.
+// Kernels whose blocks do little after the fill (so that the fill's latency
+// is most of their time) ask for more loads in flight.
 constexpr int kFill = 4;
+constexpr int kDepthwiseFill = 12;  // the depthwise kernels (direct_conv.cu, direct_filter.cu)
 
-template <typename U, typename Source>
+template <int FILL = kFill, typename U, typename Source>
 __device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& source) {
   const int32_t step = static_cast<int32_t>(blockDim.x);
-  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
-    U v[kFill];
+  for (int32_t e0 = threadIdx.x; e0 < count; e0 += FILL * step) {
+    U v[FILL];
 #pragma unroll
-    for (int u = 0; u < kFill; ++u) {
+    for (int u = 0; u < FILL; ++u) {
       const int32_t e = e0 + u * step;
       const U* src = e < count ? source(e) : nullptr;
       v[u] = src != nullptr ? __ldg(src) : U(0);
     }
 #pragma unroll
-    for (int u = 0; u < kFill; ++u)
+    for (int u = 0; u < FILL; ++u)
       if (e0 + u * step < count) tile[e0 + u * step] = v[u];
   }
 }
@@ -243,10 +246,10 @@ __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
 
 // Fills the channels-first tile of block b: its channels of image x_image
 // (the block's first channel at x_image), one plane of t.plane elements each.
-template <int ND, typename U>
+template <int ND, int FILL = kFill, typename U>
 __device__ __forceinline__ void fill_channels_first(U* tile, const U* x_image, const Geometry& g,
                                                     const TilePlan& t, const TileBlock& b) {
-  fill_tile(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
+  fill_tile<FILL>(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
     int32_t cl, w, ci, line;
     t.width.divmod(e, cl, w);
     t.lines.divmod(cl, ci, line);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the package (unless SKIP_BUILD=1) and profiles with ncu the kernels
+# that a benchmarks/profile_*.py script runs (clock control off: the card's
+# clocks are left alone). Writes $OUT/ncu.txt and prints its key lines.
+#
+#   bash benchmarks/ncu_profile.sh [columns|depthwise]
+#     columns:   unfold / fold (benchmarks/profile_columns.py), the default
+#     depthwise: the direct depthwise kernels (benchmarks/profile_depthwise.py)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/bench_out}
+mkdir -p "$OUT"
+case "${1:-columns}" in
+  columns) script=benchmarks/profile_columns.py; kernels="(unfold|fold)_c[fl]" ;;
+  depthwise) script=benchmarks/profile_depthwise.py; kernels="(depthwise|filter)_" ;;
+  *) echo "unknown profile: $1" >&2; exit 2 ;;
+esac
+[ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
+  --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
+cd /tmp && XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:"$kernels" \
+  --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+  --section Occupancy --section LaunchStats python3 "$OLDPWD/$script" > "$OUT/ncu.txt" 2>&1
+grep -E "_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\)|Achieved Occupancy|Stall|Registers Per|L1/TEX Hit|L2 Hit|Grid Size" \
+  "$OUT/ncu.txt" | cut -c1-150 | head -${NCU_LINES:-80}
