@@ -194,6 +194,58 @@ IM2COL_HD I source_offset_at(const Geometry& g, const I* origin, const I* k) {
   return flat;
 }
 
+// Whether every tap of the window at `origin` reads the input itself (no
+// padding, no holes): then tap k reads flat offset
+// flat_offset(g.in, origin) + tap_displacement(g, g.in, k).
+template <int ND, typename I>
+IM2COL_HD bool window_inside(const Geometry& g, const I* origin) {
+  if (g.any_lhs_dilation) return false;
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+    if (origin[d] < 0 ||
+        origin[d] + static_cast<I>((g.kernel[d] - 1) * g.rhs_dilation[d]) >= static_cast<I>(g.in[d]))
+      return false;
+  return true;
+}
+
+// Whether every tap reads input position q (unit stride, no lhs dilation,
+// and q away from the edges): then tap k reads it at flat output position
+// flat_offset(g.out, q + pad_lo) - tap_displacement(g, g.out, k).
+template <int ND, typename I>
+IM2COL_HD bool all_taps_read(const Geometry& g, const I* q) {
+  if (g.any_lhs_dilation) return false;
+#pragma unroll
+  for (int d = 0; d < ND; ++d) {
+    const I a = q[d] + static_cast<I>(g.pad_lo[d]);
+    if (g.stride[d] != 1 || a >= static_cast<I>(g.out[d]) ||
+        a < static_cast<I>((g.kernel[d] - 1) * g.rhs_dilation[d]))
+      return false;
+  }
+  return true;
+}
+
+// Row-major flat offset of coordinates c in extents dims.
+template <int ND, typename I>
+IM2COL_HD I flat_offset(const int64_t* dims, const I* c) {
+  I flat = 0;
+#pragma unroll
+  for (int d = 0; d < ND; ++d) flat = flat * static_cast<I>(dims[d]) + c[d];
+  return flat;
+}
+
+// Flat offset, in row-major extents dims, of kernel tap kk's displacement
+// k * rhs_dilation.
+template <int ND, typename I>
+IM2COL_HD I tap_displacement(const Geometry& g, const int64_t* dims, I kk) {
+  I k[kMaxSpatial];
+  unravel<ND>(kk, g.kernel, k);
+  I off = 0;
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+    off = off * static_cast<I>(dims[d]) + k[d] * static_cast<I>(g.rhs_dilation[d]);
+  return off;
+}
+
 // Flat input spatial offset read by output position o and kernel tap k, or -1
 // when that tap falls on padding or on a hole of the lhs dilation.
 template <int ND, typename I = int64_t>

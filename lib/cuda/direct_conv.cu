@@ -131,15 +131,28 @@ backward_data_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __res
   }
 }
 
-// Stages the (C, K) depthwise weights in shared memory as [tap][channel], in
-// the accumulator type, so that a tap's weights for V channels are one read.
-template <typename T, typename A>
-__device__ __forceinline__ void stage_weights(const T* w, A* weights, int32_t K, int32_t C) {
+// Stages in shared memory the (C, K) depthwise weights as [tap][channel], in
+// the accumulator type, so that a tap's weights for V channels are one read,
+// and after them each tap's displacement in extents dims (tap_displacement),
+// for the windows away from the edges. Returns the displacements.
+template <int ND, typename T, typename A>
+__device__ __forceinline__ const int32_t* stage_weights(const T* w, A* weights, const Geometry& g,
+                                                        const int64_t* dims, int32_t C) {
+  const int32_t K = static_cast<int32_t>(g.kernel_size);
+  int32_t* taps = reinterpret_cast<int32_t*>(weights + K * C);
   for (int32_t i = threadIdx.x; i < K * C; i += blockDim.x) {
     const int32_t kk = i / C, c = i - kk * C;
     weights[i] = static_cast<A>(to_acc(w[c * K + kk]));
   }
+  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) taps[kk] = tap_displacement<ND>(g, dims, kk);
   __syncthreads();
+  return taps;
+}
+
+// Shared memory of stage_weights.
+template <typename A>
+size_t staged_weights_bytes(const Geometry& g, int64_t C) {
+  return static_cast<size_t>(g.kernel_size * C) * sizeof(A) + static_cast<size_t>(g.kernel_size) * sizeof(int32_t);
 }
 
 // acc[v] += weights[v] * src[v] for V channels (src 16-byte aligned).
@@ -158,45 +171,130 @@ __device__ __forceinline__ void store_channels(TY* dst, const A (&acc)[V]) {
   *reinterpret_cast<Pack<TY, V>*>(dst) = out;
 }
 
-// Depthwise, channels-last: a thread sums V consecutive channels of one output
-// position, a 16-byte load of the input per tap; the block first stages the
-// weights in shared memory as [tap][channel] (accumulator type), so that a
-// tap's V weights are one vector read.
-template <int ND, typename T, typename TY, int V>
+// The V channels of output position o of a channels-last depthwise conv,
+// summed over the taps in increasing order (weights staged by
+// stage_weights, taps its displacements). Windows away from the edges (most
+// of them) read each tap at its displacement, without bounds checks.
+template <int ND, int V, typename T, typename A>
+__device__ __forceinline__ void window_sum(A (&acc)[V], const T* xn, const A* wu, const int32_t* taps,
+                                           const Geometry& g, const int32_t* o, int64_t C) {
+  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
+  int32_t origin[kMaxSpatial], k[kMaxSpatial];
+  window_origin<ND>(g, o, origin);
+#pragma unroll
+  for (int d = 0; d < ND; ++d) k[d] = 0;
+  if (window_inside<ND>(g, origin)) {
+    const int32_t base = flat_offset<ND>(g.in, origin);
+    for (int32_t kk = 0; kk < K; ++kk)
+      multiply_add<V>(acc, xn + static_cast<int64_t>(base + taps[kk]) * C, wu + kk * C32);
+  } else {
+    for (int32_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+      const int32_t s = source_offset_at<ND>(g, origin, k);
+      if (s >= 0) multiply_add<V>(acc, xn + static_cast<int64_t>(s) * C, wu + kk * C32);
+    }
+  }
+}
+
+// A run of kRun consecutive output positions along the last dimension, where
+// that dimension has unit stride and dilation and at most kRunTaps taps: the
+// run's windows share input vectors, and each kernel row's kRun + taps - 1
+// vectors are loaded once for the run (window_sum loads kRun * taps). The
+// same sums in the same order as window_sum; false (nothing summed) unless
+// every window of the run is inside the input.
+constexpr int kRun = 4, kRunTaps = 5;
+
+template <int ND, int V, typename T, typename A>
+__device__ __forceinline__ bool run_sum(A (&acc)[kRun][V], const T* xn, const A* wu, const int32_t* taps,
+                                        const Geometry& g, const int32_t* o, int64_t C) {
+  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
+  const int32_t taps_last = static_cast<int32_t>(g.kernel[ND - 1]);
+  int32_t origin[kMaxSpatial];
+  window_origin<ND>(g, o, origin);
+  if (!window_inside<ND>(g, origin) ||
+      origin[ND - 1] + kRun - 1 + taps_last - 1 >= static_cast<int32_t>(g.in[ND - 1]))
+    return false;
+  const int32_t base = flat_offset<ND>(g.in, origin);
+  for (int32_t k0 = 0; k0 < K; k0 += taps_last) {  // a kernel row: taps k0 .. k0 + taps_last - 1
+    const T* row = xn + static_cast<int64_t>(base + taps[k0]) * C;
+    Pack<T, V> xv[kRun + kRunTaps - 1];
+#pragma unroll
+    for (int i = 0; i < kRun + kRunTaps - 1; ++i)
+      if (i < kRun + taps_last - 1) xv[i] = *reinterpret_cast<const Pack<T, V>*>(row + static_cast<int64_t>(i) * C);
+#pragma unroll
+    for (int j = 0; j < kRunTaps; ++j) {
+      if (j < taps_last) {
+        const A* wj = wu + (k0 + j) * C32;
+#pragma unroll
+        for (int p = 0; p < kRun; ++p)
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[p][v] += wj[v] * static_cast<A>(to_acc(xv[p + j].v[v]));
+      }
+    }
+  }
+  return true;
+}
+
+// Depthwise, channels-last: a thread sums V consecutive channels (16-byte
+// loads of the input per tap) of one output position, or with RUNS of a run
+// of kRun positions (run_sum); the block first stages the weights in shared
+// memory as [tap][channel] (accumulator type), so that a tap's V weights are
+// one vector read.
+template <int ND, typename T, typename TY, int V, bool RUNS>
 __global__ void __launch_bounds__(kThreads)
 depthwise_cl_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
                     Geometry g, int64_t N, int64_t C) {
   using A = typename Acc<TY>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   A* weights = reinterpret_cast<A*>(smem);
-  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
-  stage_weights(w, weights, K, C32);
+  const int32_t* taps = stage_weights<ND>(w, weights, g, g.in, static_cast<int32_t>(C));
   const int64_t units = C / V;
-  for (int64_t t = grid_start(); t < N * g.out_size * units; t += grid_step()) {
-    int64_t row, unit, n, l;
-    divmod(t, units, row, unit);
-    divmod(row, g.out_size, n, l);
-    int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
-    unravel<ND>(l, g.out, o);
-    window_origin<ND>(g, o, origin);
-#pragma unroll
-    for (int d = 0; d < ND; ++d) k[d] = 0;
+  const int32_t last = static_cast<int32_t>(g.out[ND - 1]);
+  const int32_t per_line = RUNS ? (last + kRun - 1) / kRun : last;
+  const int64_t lines = g.out_size / last;
+  for (int64_t t = grid_start(); t < N * lines * per_line * units; t += grid_step()) {
+    int64_t item, unit, line_n, r, n, line;
+    divmod(t, units, item, unit);
+    divmod(item, static_cast<int64_t>(per_line), line_n, r);
+    divmod(line_n, lines, n, line);
+    const int32_t first = static_cast<int32_t>(RUNS ? r * kRun : r);
+    const int64_t l0 = line * last + first;
+    int32_t o[kMaxSpatial];
+    unravel<ND>(l0, g.out, o);
     const T* xn = x + n * g.in_size * C + unit * V;
     const A* wu = weights + unit * V;
-    A acc[V];
+    TY* out = y + (n * g.out_size + l0) * C + unit * V;
+    if constexpr (RUNS) {
+      A acc[kRun][V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = A(0);
-    for (int32_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-      const int32_t s = source_offset_at<ND>(g, origin, k);
-      if (s >= 0) multiply_add<V>(acc, xn + static_cast<int64_t>(s) * C, wu + kk * C32);
+      for (int p = 0; p < kRun; ++p)
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[p][v] = A(0);
+      const int32_t count = last - first < kRun ? last - first : kRun;
+      if (count == kRun && run_sum<ND, V>(acc, xn, wu, taps, g, o, C)) {
+#pragma unroll
+        for (int p = 0; p < kRun; ++p) store_channels<V>(out + p * C, acc[p]);
+      } else {
+        for (int32_t p = 0; p < count; ++p, ++o[ND - 1]) {
+          window_sum<ND, V>(acc[0], xn, wu, taps, g, o, C);
+          store_channels<V>(out + p * C, acc[0]);
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[0][v] = A(0);
+        }
+      }
+    } else {
+      A acc[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = A(0);
+      window_sum<ND, V>(acc, xn, wu, taps, g, o, C);
+      store_channels<V>(out, acc);
     }
-    store_channels<V>(y + row * C + unit * V, acc);
   }
 }
 
 // Depthwise input gradient, channels-last: a thread sums V consecutive
 // channels of one input position over the taps that read it (16-byte loads
-// of dy), in increasing tap order like backward_data_kernel.
+// of dy), in increasing tap order like backward_data_kernel; positions away
+// from the edges (unit stride) read tap k at a staged displacement.
 template <int ND, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
 depthwise_backward_data_cl_kernel(const T* __restrict__ dy, const T* __restrict__ w,
@@ -204,8 +302,8 @@ depthwise_backward_data_cl_kernel(const T* __restrict__ dy, const T* __restrict_
   using A = typename Acc<T>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   A* weights = reinterpret_cast<A*>(smem);
-  const int32_t C32 = static_cast<int32_t>(C);
-  stage_weights(w, weights, static_cast<int32_t>(g.kernel_size), C32);
+  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
+  const int32_t* taps = stage_weights<ND>(w, weights, g, g.out, C32);
   const int64_t units = C / V;
   for (int64_t t = grid_start(); t < N * g.in_size * units; t += grid_step()) {
     int64_t row, unit, n, q;
@@ -218,9 +316,18 @@ depthwise_backward_data_cl_kernel(const T* __restrict__ dy, const T* __restrict_
     A acc[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = A(0);
-    for_each_tap_reading<ND>(g, qc, [&](int32_t kk, int32_t l) {
-      multiply_add<V>(acc, dyn + static_cast<int64_t>(l) * C, wu + kk * C32);
-    });
+    if (all_taps_read<ND>(g, qc)) {
+      int32_t a[kMaxSpatial];
+#pragma unroll
+      for (int d = 0; d < ND; ++d) a[d] = qc[d] + static_cast<int32_t>(g.pad_lo[d]);
+      const int32_t base = flat_offset<ND>(g.out, a);
+      for (int32_t kk = 0; kk < K; ++kk)
+        multiply_add<V>(acc, dyn + static_cast<int64_t>(base - taps[kk]) * C, wu + kk * C32);
+    } else {
+      for_each_tap_reading<ND>(g, qc, [&](int32_t kk, int32_t l) {
+        multiply_add<V>(acc, dyn + static_cast<int64_t>(l) * C, wu + kk * C32);
+      });
+    }
     store_channels<V>(dx + row * C + unit * V, acc);
   }
 }
@@ -250,12 +357,22 @@ bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const D
   if (s.groups != s.c || s.o != s.c) return false;
   if (!s.channels_last) return depthwise_cf<ND>(x, w, y, g, s, false, stream);
   constexpr int V = 16 / sizeof(T);
-  const size_t smem = static_cast<size_t>(g.kernel_size * s.c) * sizeof(A);
+  const size_t smem = staged_weights_bytes<A>(g, s.c);
   if (s.c % V != 0 || smem > 48 * 1024 || !aligned_to(x, 16) || !aligned_to(y, sizeof(TY) * V))
     return false;
   // Few blocks, each looping: every block stages all the weights.
-  const unsigned blocks = std::min(blocks_for(s.n * g.out_size * (s.c / V)), 4096u);
-  depthwise_cl_kernel<ND, T, TY, V><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+  // Runs for 4- and 8-byte types: with 8 channels per thread (half types)
+  // they take 128 registers and measured no faster.
+  const bool runs = sizeof(T) >= 4 && !g.any_lhs_dilation && g.stride[ND - 1] == 1 &&
+                    g.rhs_dilation[ND - 1] == 1 && g.kernel[ND - 1] <= kRunTaps && g.out[ND - 1] >= kRun;
+  const int64_t items = s.n * (g.out_size / g.out[ND - 1]) *
+                        (runs ? (g.out[ND - 1] + kRun - 1) / kRun : g.out[ND - 1]) * (s.c / V);
+  const unsigned blocks = std::min(blocks_for(items), 4096u);
+  if (runs) {
+    depthwise_cl_kernel<ND, T, TY, V, true><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+  } else {
+    depthwise_cl_kernel<ND, T, TY, V, false><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+  }
   return true;
 }
 
@@ -307,7 +424,7 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
       using T = decltype(tag);
       using A = typename Acc<T>::type;
       constexpr int V = 16 / sizeof(T);
-      const size_t smem = static_cast<size_t>(g.kernel_size * s.c) * sizeof(A);
+      const size_t smem = staged_weights_bytes<A>(g, s.c);
       if (s.channels_last && s.groups == s.c && s.o == s.c && s.c % V == 0 && smem <= 48 * 1024 &&
           aligned_to(dy, 16) && aligned_to(dx, 16)) {
         const unsigned blocks = std::min(blocks_for(s.n * g.in_size * (s.c / V)), 4096u);

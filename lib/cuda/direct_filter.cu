@@ -217,7 +217,16 @@ bool depthwise_filter_cf(const T* dy, const T* x, typename Acc<T>::type* partial
 
 // Block (slice, unit block): `span` units of V channels side by side, and
 // kThreads / span rows of threads taking interleaved positions of the slice;
-// the rows' sums meet in shared memory, one tap at a time.
+// the rows' sums meet in shared memory, one tap at a time. Windows inside the
+// input read tap k at a staged displacement, without per-tap bounds checks.
+// acc[v] += d[v] * src[v] for the V channels at src.
+template <int V, typename T, typename A>
+__device__ __forceinline__ void accumulate(A (&acc)[V], const A (&d)[V], const T* src) {
+  const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src);
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += d[v] * static_cast<A>(to_acc(p.v[v]));
+}
+
 template <int KB, int ND, typename T, int V>
 __global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
 depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
@@ -225,6 +234,7 @@ depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                            FilterSlices f, int32_t span) {
   using A = typename Acc<T>::type;
   __shared__ Pack<A, V> row_sums[kThreads];
+  __shared__ int32_t taps[KB];  // tap_displacement in the input, for windows inside it
   const int32_t units = static_cast<int32_t>(C / V), rows = kThreads / span;
   const int64_t unit_blocks = (units + span - 1) / span;
   int64_t slice, ub;
@@ -234,6 +244,8 @@ depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   const int32_t u = static_cast<int32_t>(ub) * span + ul;
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   const int32_t rest = static_cast<int32_t>(g.out_size / g.out[0]);
+  for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_displacement<ND>(g, g.in, kk);
+  __syncthreads();
   A acc[KB][V];
 #pragma unroll
   for (int kk = 0; kk < KB; ++kk)
@@ -252,16 +264,17 @@ depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
       A d[V];
 #pragma unroll
       for (int v = 0; v < V; ++v) d[v] = static_cast<A>(to_acc(dp.v[v]));
+      const bool inside = window_inside<ND>(g, origin);
+      const int32_t base = flat_offset<ND>(g.in, origin);
 #pragma unroll
       for (int kk = 0; kk < KB; ++kk) {
         if (kk < K) {
-          const int32_t s = source_offset_at<ND>(g, origin, k);
-          increment<ND>(k, g.kernel);
-          if (s >= 0) {
-            const Pack<T, V> xp = *reinterpret_cast<const Pack<T, V>*>(xn + static_cast<int64_t>(s) * C);
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[kk][v] += d[v] * static_cast<A>(to_acc(xp.v[v]));
+          int32_t s = base + taps[kk];
+          if (!inside) {
+            s = source_offset_at<ND>(g, origin, k);
+            increment<ND>(k, g.kernel);
           }
+          if (s >= 0) accumulate<V>(acc[kk], d, xn + static_cast<int64_t>(s) * C);
         }
       }
     }
@@ -291,9 +304,9 @@ template <int KB, int ND, typename T>
 bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partials,
                          const Geometry& g, const DirectShapes& s, const FilterSlices& f,
                          cudaStream_t stream) {
-  // Four channels per thread (two in float64, two past 16 taps): KB * V sums
-  // in registers.
-  constexpr int V = sizeof(T) == 8 || KB > 16 ? 2 : 4;
+  // KB * V sums in registers: four channels per thread up to 9 taps (two in
+  // float64), two up to 16, one beyond.
+  constexpr int V = KB > 16 ? 1 : sizeof(T) == 8 || KB > 9 ? 2 : 4;
   if (s.c % V != 0 || !aligned_to(dy, sizeof(T) * V) || !aligned_to(x, sizeof(T) * V)) return false;
   const int64_t units = s.c / V;
   const int32_t span = static_cast<int32_t>(std::min<int64_t>(units, kThreads));
