@@ -667,6 +667,15 @@ def torch_conv(case: Case, layout: str):
   return conv, (case.k, case.c // case.groups, *case.kernel)
 
 
+def torch_conv_or_skip(b: Bench, base: dict, case: Case, layout: str):
+  """torch_conv's (fn, weight shape), or None once the reason torch is skipped is recorded."""
+  tc = torch_conv(case, layout)
+  if isinstance(tc, str):
+    b.skip(base, "torch", tc)
+    return None
+  return tc
+
+
 def torch_y_shape(case: Case) -> tuple:
   return (case.n, case.k, *out_spatial(case))
 
@@ -764,9 +773,9 @@ def op_fwd(b: Bench, case: Case, dt: str, layout: str):
     else:
       b.run_jax(base, name, fn, sets)
   del sets
-  tc = torch_conv(case, layout)
-  if isinstance(tc, str):
-    return b.skip(base, "torch", tc)
+  tc = torch_conv_or_skip(b, base, case, layout)
+  if tc is None:
+    return
   conv, tw = tc
   mf = torch_memory_format(case, layout)
   b.run_torch(base, "torch", lambda: (conv, b.data.torch_sets([x_shape(case, "cf"), tw], dt, mf)))
@@ -794,9 +803,9 @@ def op_bwd(b: Bench, case: Case, dt: str, layout: str, wrt: str = "bwd"):
     else:
       b.run_jax(base, name, vjp(fn), sets)
   del sets
-  tc = torch_conv(case, layout)
-  if isinstance(tc, str):
-    return b.skip(base, "torch", tc)
+  tc = torch_conv_or_skip(b, base, case, layout)
+  if tc is None:
+    return
   conv, tw = tc
   mf = torch_memory_format(case, layout)
 
@@ -833,9 +842,9 @@ def op_per_example(b: Bench, case: Case, dt: str, layout: str):
     b.run_jax(base, "ours", per_example(OURS_CONV), sets)
   b.run_jax(base, "xla", per_example(lax.conv_general_dilated), sets)
   del sets
-  tc = torch_conv(case, layout)
-  if isinstance(tc, str):
-    return b.skip(base, "torch", tc)
+  tc = torch_conv_or_skip(b, base, case, layout)
+  if tc is None:
+    return
   conv, tw = tc
 
   def make():

@@ -309,12 +309,13 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 
 # Direct filter gradient: partial sums per slice of output rows of one image
 # (FilterSlices in lib/cuda/direct_conv.h). The channels-first depthwise
-# kernel stages the input in shared memory about _TILE_POSITIONS (position,
-# channel) pairs per block (kTileWork in lib/cuda/tile.cuh); its slices span
-# at most that many positions (one tile band where it fits), so that each
-# thread sums many positions before the reduction. The other kernels get about _DIRECT_FILTER_PAIRS (slice,
-# output channel) pairs in all: enough blocks to fill the GPU, few enough
-# partial sums to stay a small part of the traffic.
+# kernel stages about _TILE_POSITIONS (position, channel) pairs of input per
+# block in shared memory (keep in sync with kTileWork in lib/cuda/tile.cuh);
+# its slices span at most that many positions (one tile band where it fits),
+# so that each thread sums many positions before the reduction. The other
+# kernels get about _DIRECT_FILTER_PAIRS (slice, output channel) pairs in all:
+# enough blocks to fill the GPU, few enough partial sums to stay a small part
+# of the traffic.
 _DIRECT_FILTER_PAIRS = 1 << 17
 _TILE_POSITIONS = 2048
 
@@ -338,7 +339,7 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
-    tiled = spec.groups == c == o and not spec.channels_last
+    tiled = spec.groups == c == o and not spec.channels_last  # depthwise_filter_cf in direct_filter.cu
     rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),
                                         o, tiled)
     taps = (c // spec.groups) * spec.window.kernel_size

@@ -233,10 +233,10 @@ IM2COL_HD I flat_offset(const int64_t* dims, const I* c) {
   return flat;
 }
 
-// Flat offset, in row-major extents dims, of kernel tap kk's displacement
-// k * rhs_dilation.
-template <int ND, typename I>
-IM2COL_HD I tap_displacement(const Geometry& g, const int64_t* dims, I kk) {
+// Flat offset, in row-major extents dims (the input's, the output's, a
+// shared-memory tile's), of kernel tap kk's displacement k * rhs_dilation.
+template <int ND, typename I, typename D>
+IM2COL_HD I tap_displacement(const Geometry& g, const D* dims, I kk) {
   I k[kMaxSpatial];
   unravel<ND>(kk, g.kernel, k);
   I off = 0;
@@ -255,34 +255,13 @@ IM2COL_HD I source_offset(const Geometry& g, const I* o, const I* k) {
   return source_offset_at<ND, I>(g, origin, k);
 }
 
-// Flat output position whose kernel tap k reads input position q, or -1 when
-// there is none. The adjoint of source_offset: source_offset(o, k) == q  <=>
-// target_position(q, k) == o.
-template <int ND, typename I = int64_t>
-IM2COL_HD I target_position(const Geometry& g, const I* q, const I* k) {
-  I flat = 0;
-#pragma unroll
-  for (int d = 0; d < ND; ++d) {
-    I p = q[d] * static_cast<I>(g.lhs_dilation[d]) + static_cast<I>(g.pad_lo[d]) -
-          k[d] * static_cast<I>(g.rhs_dilation[d]);
-    if (p < 0) return -1;
-    if (g.stride[d] != 1) {
-      I r;
-      divmod(p, static_cast<I>(g.stride[d]), p, r);
-      if (r != 0) return -1;
-    }
-    if (p >= static_cast<I>(g.out[d])) return -1;
-    flat = flat * static_cast<I>(g.out[d]) + p;
-  }
-  return flat;
-}
-
 // The kernel taps along dimension d that read input coordinate q: taps k,
 // k + k_step, ... (count of them, increasing) at output positions o,
 // o - o_step, ... A tap reads q when k * rhs_dilation == q * lhs_dilation +
 // pad_lo - o * stride, so the taps that do are an arithmetic run with step
 // stride / gcd(stride, rhs_dilation). Enumerating them costs a few divisions
-// per dimension, where testing every tap (target_position) costs one per tap.
+// per dimension, where testing every tap would cost one per tap. A tap k reads
+// q at output position o exactly when source_offset(o, k) == q.
 // The steps come from finish_geometry.
 template <typename I>
 struct TapRun {
@@ -367,8 +346,7 @@ IM2COL_HD void for_each_tap_run(const Geometry& g, const I* q, Fn&& fn) {
 }
 
 // Calls fn(flat kernel tap, flat output position) for every tap that reads
-// input position q, in increasing tap order (the order of a loop over all
-// taps with target_position, so sums come out the same).
+// input position q, in increasing tap order.
 template <int ND, typename I, typename Fn>
 IM2COL_HD void for_each_tap_reading(const Geometry& g, const I* q, Fn&& fn) {
   for_each_tap_run<ND>(g, q, [&](I k, I o, const TapRun<I>& run) {

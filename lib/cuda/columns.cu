@@ -22,10 +22,6 @@
 namespace im2col::cuda {
 namespace {
 
-inline bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 // Channels-first: a thread takes a run of V output positions of one (n, c)
 // and writes them for every kernel tap, so its index math is paid once for
 // K * V elements; each store is V contiguous elements of row (c * K + k).
@@ -383,7 +379,8 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   U* cols = static_cast<U*>(colsv);
   TilePlan t;
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
-                          C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned16(x) && aligned16(cols);
+                          C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
+                          aligned_to(cols, 16);
   if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
@@ -395,7 +392,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else if (!channels_last) {
     const int64_t rows = nc * C;
     const int64_t runs = (lay.lc + V - 1) / V;
-    const bool vec = aligned16(cols) && lay.row_stride % V == 0 &&
+    const bool vec = aligned_to(cols, 16) && lay.row_stride % V == 0 &&
                      lay.image_stride % V == 0;
     unfold_cf_kernel<ND, U, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(
         x, cols, g, C, n0, lay, rows, runs, vec);
@@ -427,14 +424,13 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     const int64_t width = g.in[ND - 1];
     const int64_t lines = nc * C * (g.in_size / width);
     const int64_t runs = (width + Vcf - 1) / Vcf;
-    const bool vec = reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * Vcf) == 0 && width % Vcf == 0;
+    const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
     fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
         cols, x, g, C, n0, lay, lines, runs, accumulate, vec);
   } else {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
-    if (Cg % V == 0 && aligned16(cols) &&
-        reinterpret_cast<uintptr_t>(x) % (sizeof(TX) * V) == 0) {
+    if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
       fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
     } else {

@@ -64,6 +64,10 @@ struct FastDiv {
   }
 };
 
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 inline unsigned blocks_for(int64_t work) {
   const int64_t b = (work + kThreads - 1) / kThreads;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));

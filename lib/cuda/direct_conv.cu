@@ -155,22 +155,6 @@ size_t staged_weights_bytes(const Geometry& g, int64_t C) {
   return static_cast<size_t>(g.kernel_size * C) * sizeof(A) + static_cast<size_t>(g.kernel_size) * sizeof(int32_t);
 }
 
-// acc[v] += weights[v] * src[v] for V channels (src 16-byte aligned).
-template <int V, typename T, typename A>
-__device__ __forceinline__ void multiply_add(A (&acc)[V], const T* src, const A* weights) {
-  const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src);
-#pragma unroll
-  for (int v = 0; v < V; ++v) acc[v] += weights[v] * static_cast<A>(to_acc(p.v[v]));
-}
-
-template <int V, typename TY, typename A>
-__device__ __forceinline__ void store_channels(TY* dst, const A (&acc)[V]) {
-  Pack<TY, V> out;
-#pragma unroll
-  for (int v = 0; v < V; ++v) out.v[v] = store_value<TY>(acc[v]);
-  *reinterpret_cast<Pack<TY, V>*>(dst) = out;
-}
-
 // The V channels of output position o of a channels-last depthwise conv,
 // summed over the taps in increasing order (weights staged by
 // stage_weights, taps its displacements). Windows away from the edges (most
@@ -342,7 +326,6 @@ bool depthwise_cf(const T* x, const T* w, TY* y, const Geometry& g, const Direct
   TilePlan t;
   if (!plan_tile(g, lay, s.c, false, sizeof(T), &t) || tile_blocks(t, s.n) >= (int64_t{1} << 31))
     return false;
-  t.channels_total = static_cast<int32_t>(s.c);
   depthwise_cf_tiled_kernel<ND, T, TY><<<static_cast<unsigned>(tile_blocks(t, s.n)), kThreads, t.smem, stream>>>(
       x, w, y, g, lay, t, flip);
   return true;
@@ -360,19 +343,22 @@ bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const D
   const size_t smem = staged_weights_bytes<A>(g, s.c);
   if (s.c % V != 0 || smem > 48 * 1024 || !aligned_to(x, 16) || !aligned_to(y, sizeof(TY) * V))
     return false;
-  // Few blocks, each looping: every block stages all the weights.
-  // Runs for 4- and 8-byte types: with 8 channels per thread (half types)
-  // they take 128 registers and measured no faster.
-  const bool runs = sizeof(T) >= 4 && !g.any_lhs_dilation && g.stride[ND - 1] == 1 &&
+  // Runs for 4- and 8-byte types only: with 8 channels per thread (half
+  // types) they take 128 registers and measured no faster.
+  constexpr bool kRuns = sizeof(T) >= 4;
+  const bool runs = kRuns && !g.any_lhs_dilation && g.stride[ND - 1] == 1 &&
                     g.rhs_dilation[ND - 1] == 1 && g.kernel[ND - 1] <= kRunTaps && g.out[ND - 1] >= kRun;
-  const int64_t items = s.n * (g.out_size / g.out[ND - 1]) *
-                        (runs ? (g.out[ND - 1] + kRun - 1) / kRun : g.out[ND - 1]) * (s.c / V);
-  const unsigned blocks = std::min(blocks_for(items), 4096u);
-  if (runs) {
-    depthwise_cl_kernel<ND, T, TY, V, true><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
-  } else {
-    depthwise_cl_kernel<ND, T, TY, V, false><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+  const int64_t per_line = runs ? (g.out[ND - 1] + kRun - 1) / kRun : g.out[ND - 1];
+  // Few blocks, each looping: every block stages all the weights.
+  const unsigned blocks =
+      std::min(blocks_for(s.n * (g.out_size / g.out[ND - 1]) * per_line * (s.c / V)), 4096u);
+  if constexpr (kRuns) {
+    if (runs) {
+      depthwise_cl_kernel<ND, T, TY, V, true><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+      return true;
+    }
   }
+  depthwise_cl_kernel<ND, T, TY, V, false><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
   return true;
 }
 

@@ -207,7 +207,6 @@ bool depthwise_filter_cf(const T* dy, const T* x, typename Acc<T>::type* partial
     return false;
   const int64_t blocks = f.count * t.channel_blocks;
   if (blocks >= (int64_t{1} << 31)) return false;
-  t.channels_total = static_cast<int32_t>(s.c);
   depthwise_filter_cf_kernel<KB, ND, T><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(
       dy, x, partials, g, t, f);
   return true;
@@ -219,14 +218,6 @@ bool depthwise_filter_cf(const T* dy, const T* x, typename Acc<T>::type* partial
 // kThreads / span rows of threads taking interleaved positions of the slice;
 // the rows' sums meet in shared memory, one tap at a time. Windows inside the
 // input read tap k at a staged displacement, without per-tap bounds checks.
-// acc[v] += d[v] * src[v] for the V channels at src.
-template <int V, typename T, typename A>
-__device__ __forceinline__ void accumulate(A (&acc)[V], const A (&d)[V], const T* src) {
-  const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src);
-#pragma unroll
-  for (int v = 0; v < V; ++v) acc[v] += d[v] * static_cast<A>(to_acc(p.v[v]));
-}
-
 template <int KB, int ND, typename T, int V>
 __global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
 depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
@@ -274,7 +265,7 @@ depthwise_filter_cl_kernel(const T* __restrict__ dy, const T* __restrict__ x,
             s = source_offset_at<ND>(g, origin, k);
             increment<ND>(k, g.kernel);
           }
-          if (s >= 0) accumulate<V>(acc[kk], d, xn + static_cast<int64_t>(s) * C);
+          if (s >= 0) multiply_add<V>(acc[kk], xn + static_cast<int64_t>(s) * C, d);
         }
       }
     }

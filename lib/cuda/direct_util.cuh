@@ -1,5 +1,5 @@
-// Index helpers and type dispatch shared by the direct convolution kernels
-// (direct_conv.cu, direct_filter.cu).
+// Index helpers, channel-vector arithmetic and type dispatch shared by the
+// direct convolution kernels (direct_conv.cu, direct_filter.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../geometry.h"
+#include "device_util.cuh"
 #include "xla/ffi/api/ffi.h"
 
 namespace im2col::cuda {
@@ -50,8 +51,21 @@ cudaError_t with_type(xla::ffi::DataType t, Fn&& fn) {
   }
 }
 
-inline bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+// acc[v] += weights[v] * src[v] for the V channels at src (aligned to the
+// V-vector).
+template <int V, typename T, typename A>
+__device__ __forceinline__ void multiply_add(A (&acc)[V], const T* src, const A* weights) {
+  const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src);
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += weights[v] * static_cast<A>(to_acc(p.v[v]));
+}
+
+template <int V, typename TY, typename A>
+__device__ __forceinline__ void store_channels(TY* dst, const A (&acc)[V]) {
+  Pack<TY, V> out;
+#pragma unroll
+  for (int v = 0; v < V; ++v) out.v[v] = store_value<TY>(acc[v]);
+  *reinterpret_cast<Pack<TY, V>*>(dst) = out;
 }
 
 }  // namespace im2col::cuda

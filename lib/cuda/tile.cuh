@@ -28,7 +28,7 @@ struct TilePlan {
   int32_t plane = 0;       // prod(extent): tile elements per channel
   int32_t channels = 0;    // channels per block (channels-first); C (last)
   int32_t channel_blocks = 1;
-  int32_t channels_total = 0;  // C, where a kernel needs it on the device
+  int32_t channels_total = 0;  // C
   int32_t table = 0;       // int32 entries before the tile
   size_t smem = 0;         // bytes: table, then tile
   // Divisors of the per-element index math.
@@ -107,6 +107,7 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   }
   t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
   t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
+  t->channels_total = static_cast<int32_t>(C);
   t->channels_div = FastDiv(C);
   return true;
 }
@@ -115,17 +116,10 @@ inline int64_t tile_blocks(const TilePlan& t, int64_t nc) {
   return nc * t.channel_blocks * t.bands;
 }
 
-// Offset into the tile of kernel tap k (flat): sum of k[d] * rhs_dilation[d]
-// in the tile's row-major extents.
+// Offset into the tile of kernel tap kk (flat), in the tile's extents.
 template <int ND>
 __device__ __forceinline__ int32_t tap_offset(const Geometry& g, const TilePlan& t, int32_t kk) {
-  int32_t k[kMaxSpatial];
-  unravel<ND>(kk, g.kernel, k);
-  int32_t off = 0;
-#pragma unroll
-  for (int d = 0; d < ND; ++d)
-    off = off * t.extent[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
-  return off;
+  return tap_displacement<ND>(g, t.extent, kk);
 }
 
 // Offset into the tile of output position l (flat) for the band starting at
