@@ -62,6 +62,7 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/columns.cu
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu
+  lib/cuda/grouped_conv.cu
   lib/cuda/unfold_fold.cc
   lib/cuda/conv.cu)
 target_include_directories(_cuda SYSTEM PRIVATE ${XLA_FFI_INCLUDE_DIR} ${cublas_include})

@@ -245,8 +245,21 @@ def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator)
 
 ALGORITHM_GEMM = 0
 ALGORITHM_DIRECT = 1
-# Keep in sync with kDirectMaxTaps in lib/cuda/direct_conv.h.
+# Small groups take the scalar direct kernels up to this many filter taps per
+# output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
+# in rounds).
 DIRECT_MAX_TAPS = 32
+# Keep in sync with kGroupedMaxChannels in lib/cuda/direct_conv.h.
+GROUPED_MAX_CHANNELS = 32
+
+
+def _grouped(spec, c, o):
+  """The channels-first grouped kernels (grouped_applies in
+  lib/cuda/grouped_conv.cu): groups of at most GROUPED_MAX_CHANNELS input and
+  output channels, depthwise excepted."""
+  cg, og = c // spec.groups, o // spec.groups
+  return (not spec.channels_last and spec.groups > 1 and not spec.groups == c == o
+          and cg <= GROUPED_MAX_CHANNELS and og <= GROUPED_MAX_CHANNELS)
 
 
 def _algorithm(spec, c, o):
@@ -255,7 +268,7 @@ def _algorithm(spec, c, o):
   cg, og = c // spec.groups, o // spec.groups
   small = (spec.groups > 1 and cg <= 4 and og <= 4
            and cg * spec.window.kernel_size <= DIRECT_MAX_TAPS)
-  return ALGORITHM_DIRECT if small else ALGORITHM_GEMM
+  return ALGORITHM_DIRECT if small or _grouped(spec, c, o) else ALGORITHM_GEMM
 
 
 def _channels(spec, image_aval, y_aval):
@@ -308,29 +321,45 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 
 
 # Direct filter gradient: partial sums per slice of output rows of one image
-# (FilterSlices in lib/cuda/direct_conv.h). The channels-first depthwise
-# kernel stages about _TILE_POSITIONS (position, channel) pairs of input per
-# block in shared memory (keep in sync with kTileWork in lib/cuda/tile.cuh);
-# its slices span at most that many positions (one tile band where it fits),
-# so that each thread sums many positions before the reduction. The other
-# kernels get about _DIRECT_FILTER_PAIRS (slice, output channel) pairs in all:
-# enough blocks to fill the GPU, few enough partial sums to stay a small part
-# of the traffic.
+# (FilterSlices in lib/cuda/direct_conv.h), by one of three kernels (`kind`):
+# - "depthwise_cf" stages about _TILE_POSITIONS (position, channel) pairs of
+#   input per block in shared memory (keep in sync with kTileWork in
+#   lib/cuda/tile.cuh); its slices span at most that many positions (one tile
+#   band where it fits), so that each thread sums many positions before the
+#   reduction.
+# - "grouped_cf" (grouped_conv.cu) takes one slice and one group per block:
+#   slices of about _GROUPED_POSITIONS positions, fewer where the partial sums
+#   would pass _GROUPED_PARTIALS elements.
+# - "scalar" (every other direct case) gets about _DIRECT_FILTER_PAIRS
+#   (slice, output channel) pairs in all: enough blocks to fill the GPU, few
+#   enough partial sums to stay a small part of the traffic.
 _DIRECT_FILTER_PAIRS = 1 << 17
 _TILE_POSITIONS = 2048
+_GROUPED_POSITIONS = 1024
+_GROUPED_PARTIALS = 1 << 24
 
 
-def direct_filter_slices(n, out_spatial, o, tiled):
+def direct_filter_slices(n, out_spatial, o, kind, taps=1):
   """(output rows per slice, number of slices) of the direct filter gradient;
-  `tiled`: the channels-first depthwise kernel."""
+  `taps`: filter elements per output channel (Cg * K)."""
   out0 = out_spatial[0]
-  if tiled:
-    rest = int(np.prod(out_spatial[1:], dtype=np.int64))
+  rest = int(np.prod(out_spatial[1:], dtype=np.int64))
+  if kind == "depthwise_cf":
     rows = max(1, min(out0, _TILE_POSITIONS // rest))
+  elif kind == "grouped_cf":
+    rows = max(1, min(out0, _GROUPED_POSITIONS // rest))
+    per_image_cap = max(1, _GROUPED_PARTIALS // max(1, n * o * taps))
+    rows = max(rows, -(-out0 // per_image_cap))
   else:
     per_image = max(1, min(out0, -(-max(1, _DIRECT_FILTER_PAIRS // o) // n)))
     rows = -(-out0 // per_image)
   return rows, n * -(-out0 // rows)
+
+
+def _filter_kind(spec, c, o):
+  if spec.groups == c == o and not spec.channels_last:
+    return "depthwise_cf"  # depthwise_filter_cf in lib/cuda/direct_filter.cu
+  return "grouped_cf" if _grouped(spec, c, o) else "scalar"
 
 
 @empty_safe
@@ -339,10 +368,9 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
-    tiled = spec.groups == c == o and not spec.channels_last  # depthwise_filter_cf in direct_filter.cu
-    rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),
-                                        o, tiled)
     taps = (c // spec.groups) * spec.window.kernel_size
+    rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),
+                                        o, _filter_kind(spec, c, o), taps)
     acc = 8 if dtype == np.float64 else 4
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
                       positions=rows, workspace_bytes=slices * o * taps * acc,

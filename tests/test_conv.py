@@ -5,6 +5,7 @@ arguments (half types: lax in float32 on the same rounded inputs).
 """
 
 import math
+import types
 
 import hypothesis.strategies as st
 import jax
@@ -262,11 +263,109 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
   for attr, value in SLICINGS[slicing].items():
     monkeypatch.setattr(_conv_primitives, attr, value)
   rows = {"whole-image": 56, "one-row": 1}[slicing]
-  assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, layout == "cf") == (rows, 2 * 56 // rows)
+  kind = "depthwise_cf" if layout == "cf" else "scalar"
+  assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
   jax.clear_caches()
   try:
     with on_platform("gpu"):
       check_vjp_against_lax(depthwise_config(name, layout), 2, dtype)
+  finally:
+    jax.clear_caches()
+
+
+# Channels-first grouped convolutions with a few to 32 channels per group:
+# the CUDA grouped kernels (grouped_conv.cu), from channel counts that leave
+# most of a thread's output channels unused to the most the kernels take,
+# bands of several passes, channel chunks (float64 with 32 channels), filter
+# gradients staged in several rounds (rows wider than a stage), and lhs
+# dilation (whose input gradient takes the scalar kernel).
+GROUPED_CASES = {
+    "1d-g4-c16": dict(nd=1, n=2, c=64, o=64, groups=4, spatial=(300,), kernel=(3,), strides=(1,),
+                      padding=((1, 1),), rhs_dilation=(1,)),
+    "1d-c32-long": dict(nd=1, n=2, c=64, o=64, groups=2, spatial=(1100,), kernel=(5,), strides=(1,),
+                        padding=((2, 2),), rhs_dilation=(1,)),
+    "2d-resnext": dict(nd=2, n=2, c=32, o=32, groups=4, spatial=(14, 14), kernel=(3, 3), strides=(1, 1),
+                       padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
+    "2d-s2-dil2-odd": dict(nd=2, n=2, c=9, o=15, groups=3, spatial=(17, 19), kernel=(3, 2), strides=(2, 1),
+                           padding=((2, 0), (1, 3)), rhs_dilation=(2, 3)),
+    "2d-wide": dict(nd=2, n=1, c=4, o=6, groups=2, spatial=(3, 1500), kernel=(2, 3), strides=(1, 1),
+                    padding="SAME", rhs_dilation=(1, 1)),
+    "2d-c32-og24": dict(nd=2, n=1, c=64, o=48, groups=2, spatial=(12, 11), kernel=(3, 3), strides=(1, 2),
+                        padding="SAME", rhs_dilation=(1, 1)),
+    "3d": dict(nd=3, n=2, c=8, o=24, groups=2, spatial=(6, 7, 5), kernel=(3, 2, 3), strides=(1, 1, 2),
+               padding="SAME", rhs_dilation=(1, 1, 1)),
+    "2d-lhs-dil": dict(nd=2, n=2, c=12, o=12, groups=3, spatial=(8, 9), kernel=(3, 3), strides=(1, 1),
+                       padding=((2, 2), (1, 1)), rhs_dilation=(1, 1), lhs_dilation=(2, 1)),
+}
+
+
+def grouped_config(name):
+  case = GROUPED_CASES[name]
+  nd, groups = case["nd"], case["groups"]
+  specs = layout_specs("cf", nd)
+  kwargs = dict(window_strides=case["strides"], padding=case["padding"], rhs_dilation=case["rhs_dilation"],
+                dimension_numbers=specs, feature_group_count=groups)
+  if "lhs_dilation" in case:
+    kwargs["lhs_dilation"] = case["lhs_dilation"]
+  return dict(lhs_shape=(case["n"], case["c"], *case["spatial"]),
+              rhs_shape=(case["o"], case["c"] // groups, *case["kernel"]), kwargs=kwargs)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, jnp.bfloat16],
+                         ids=["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(GROUPED_CASES))
+def test_grouped_against_lax(platform, dtype, name):
+  """Output, input gradient and filter gradient."""
+  with on_platform(platform):
+    check_vjp_against_lax(grouped_config(name), 3, dtype)
+
+
+def test_grouped_algorithm_choice():
+  """Which convolutions the CUDA lowering sends to the grouped kernels: the
+  direct algorithm, and the grouped slicing of the filter gradient."""
+  def spec(groups, channels_last=False):  # the fields the choice reads, a 3x3 kernel
+    return types.SimpleNamespace(groups=groups, channels_last=channels_last,
+                                 window=types.SimpleNamespace(kernel_size=9))
+  direct, gemm = _conv_primitives.ALGORITHM_DIRECT, _conv_primitives.ALGORITHM_GEMM
+  assert _conv_primitives._algorithm(spec(2), 64, 64) == direct      # 32 channels per group
+  assert _conv_primitives._algorithm(spec(2), 64, 66) == gemm        # 33 output channels per group
+  assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
+  assert _conv_primitives._algorithm(spec(8, True), 64, 64) == gemm  # channels-last: GEMM
+  assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped_cf"
+  assert _conv_primitives._filter_kind(spec(64), 64, 64) == "depthwise_cf"
+  assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "scalar"
+  # jax#13800's grouped 1-D convolution, lowered for CUDA: every call direct,
+  # the filter gradient in slices of _GROUPED_POSITIONS rows.
+  x = jax.ShapeDtypeStruct((8, 512, 4000), jnp.float32)
+  w = jax.ShapeDtypeStruct((512, 32, 3), jnp.float32)
+  loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1,), padding=((1, 1),), feature_group_count=16) ** 2)
+  text = _cuda_text(jax.value_and_grad(loss, (0, 1)), x, w)
+  for target in ("forward", "backward_data", "backward_filter"):
+    calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
+    assert len(calls) == 1 and "algorithm = 1 : i64" in calls[0], calls
+  assert _chunk_attrs(text, "jax_im2col_conv_backward_filter") == (8, 1024)
+
+
+# How the grouped filter gradient slices the output positions.
+GROUPED_SLICINGS = {"whole-image": 1 << 40, "one-row": 1}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
+@pytest.mark.parametrize("slicing", list(GROUPED_SLICINGS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", ["1d-c32-long", "2d-resnext", "2d-wide", "3d"])
+def test_grouped_filter_gradient_slicings(monkeypatch, slicing, dtype, name):
+  """The grouped filter gradient with one slice per image (several bands and
+  stages per block) and one output row per slice (many partial sums)."""
+  monkeypatch.setattr(_conv_primitives, "_GROUPED_POSITIONS", GROUPED_SLICINGS[slicing])
+  rows = {"whole-image": 56, "one-row": 1}[slicing]
+  assert _conv_primitives.direct_filter_slices(2, (56, 56), 64, "grouped_cf", 72) == (rows, 2 * 56 // rows)
+  jax.clear_caches()
+  try:
+    with on_platform("gpu"):
+      check_vjp_against_lax(grouped_config(name), 4, dtype)
   finally:
     jax.clear_caches()
 

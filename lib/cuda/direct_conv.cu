@@ -378,6 +378,9 @@ cudaError_t direct_forward(const void* x, const void* w, void* y, DataType in, D
                            const Geometry& g, const DirectShapes& s, cudaStream_t stream) {
   const int64_t total = s.n * s.o * g.out_size;
   if (total == 0) return cudaSuccess;
+  bool grouped = false;
+  if (const cudaError_t e = grouped_forward(x, w, y, in, out, g, s, &grouped, stream); e != cudaSuccess || grouped)
+    return e;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(in, [&](auto tag) {
@@ -404,6 +407,10 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
                                  const Geometry& g, const DirectShapes& s, cudaStream_t stream) {
   const int64_t total = s.n * s.c * g.in_size;
   if (total == 0) return cudaSuccess;
+  bool grouped = false;
+  if (const cudaError_t e = grouped_backward_data(dy, w, dx, type, g, s, &grouped, stream);
+      e != cudaSuccess || grouped)
+    return e;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {

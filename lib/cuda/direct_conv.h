@@ -60,7 +60,28 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
                                    const Geometry& g, const DirectShapes& s,
                                    cudaStream_t stream);
 
-// The largest Cg * K the filter-gradient kernel accumulates per thread.
+// The most Cg * K sums the scalar filter-gradient kernel keeps per thread
+// (in shared memory); it takes larger filters in rounds of this many.
 constexpr int64_t kDirectMaxTaps = 32;
+
+// Grouped convolutions, channels-first, with at most kGroupedMaxChannels
+// input and output channels per group, depthwise excepted (grouped_conv.cu):
+// *done is false where these kernels do not apply or their tiles do not fit;
+// the scalar kernels then take the call.
+constexpr int64_t kGroupedMaxChannels = 32;
+
+cudaError_t grouped_forward(const void* x, const void* w, void* y, xla::ffi::DataType in,
+                            xla::ffi::DataType out, const Geometry& g, const DirectShapes& s,
+                            bool* done, cudaStream_t stream);
+
+cudaError_t grouped_backward_data(const void* dy, const void* w, void* dx, xla::ffi::DataType type,
+                                  const Geometry& g, const DirectShapes& s, bool* done,
+                                  cudaStream_t stream);
+
+// The partial sums of direct_backward_filter (filter_partials_bytes).
+cudaError_t grouped_filter_partials(const void* dy, const void* x, void* partials,
+                                    const FilterSlices& f, xla::ffi::DataType type,
+                                    const Geometry& g, const DirectShapes& s, bool* done,
+                                    cudaStream_t stream);
 
 }  // namespace im2col::cuda

@@ -39,21 +39,6 @@ constexpr int kFilterBlocksPerSM = 3;
 template <int KB>
 constexpr int kPositions = KB > 9 ? 4 : 8;
 
-// The image and output rows [row_begin, row_end) of a slice.
-struct SliceRows {
-  int64_t n;
-  int32_t row_begin, row_end;
-};
-
-__device__ __forceinline__ SliceRows slice_rows(const FilterSlices& f, const Geometry& g,
-                                                int64_t slice) {
-  int64_t n, part;
-  divmod(slice, f.per_image, n, part);
-  const int64_t begin = part * f.rows;
-  const int64_t end = begin + f.rows < g.out[0] ? begin + f.rows : g.out[0];
-  return {n, static_cast<int32_t>(begin), static_cast<int32_t>(end)};
-}
-
 // The sum over a warp, the same in every lane; a fixed butterfly, so the
 // rounding does not depend on timing.
 template <typename A>
@@ -312,7 +297,8 @@ bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partial
 
 // Thread (slice p, output channel o) sums dy[n, o, l] * x[n, c, src(l, k)]
 // over the slice's positions in order, for each of its Cg * K filter
-// elements, keeping the sums in shared memory (one column per thread).
+// elements, keeping the sums in shared memory (one column per thread), in
+// rounds of at most kDirectMaxTaps elements.
 template <int ND, typename T, typename A>
 __global__ void __launch_bounds__(kThreads)
 filter_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, A* __restrict__ partials,
@@ -327,24 +313,30 @@ filter_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, A* __re
     divmod(o, Og, gi, oo);
     const int64_t c0 = gi * Cg;
     const SliceRows r = slice_rows(f, g, p);
-    for (int64_t i = 0; i < taps; ++i) acc[i * kThreads + threadIdx.x] = 0;
-    for (int64_t l = r.row_begin * rest; l < r.row_end * rest; ++l) {
-      const A dyv = static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, r.n, o, l, sh.o, g.out_size))));
-      int32_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
-      unravel<ND>(l, g.out, oc);
-      window_origin<ND>(g, oc, origin);
+    for (int64_t t0 = 0; t0 < taps; t0 += kDirectMaxTaps) {
+      const int64_t round = taps - t0 < kDirectMaxTaps ? taps - t0 : kDirectMaxTaps;
+      for (int64_t i = 0; i < round; ++i) acc[i * kThreads + threadIdx.x] = 0;
+      for (int64_t l = r.row_begin * rest; l < r.row_end * rest; ++l) {
+        const A dyv = static_cast<A>(to_acc(__ldg(dy + image_index(sh.channels_last, r.n, o, l, sh.o, g.out_size))));
+        int32_t oc[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+        unravel<ND>(l, g.out, oc);
+        window_origin<ND>(g, oc, origin);
 #pragma unroll
-      for (int d = 0; d < ND; ++d) k[d] = 0;
-      for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
-        const int64_t s = source_offset_at<ND>(g, origin, k);
-        if (s < 0) continue;
-        for (int64_t j = 0; j < Cg; ++j)
-          acc[(j * K + kk) * kThreads + threadIdx.x] +=
-              dyv * static_cast<A>(to_acc(__ldg(x + image_index(sh.channels_last, r.n, c0 + j, s, sh.c, g.in_size))));
+        for (int d = 0; d < ND; ++d) k[d] = 0;
+        for (int64_t kk = 0; kk < K; ++kk, increment<ND>(k, g.kernel)) {
+          const int64_t s = source_offset_at<ND>(g, origin, k);
+          if (s < 0) continue;
+          for (int64_t j = 0; j < Cg; ++j) {
+            const int64_t i = j * K + kk - t0;
+            if (i >= 0 && i < round)
+              acc[i * kThreads + threadIdx.x] +=
+                  dyv * static_cast<A>(to_acc(__ldg(x + image_index(sh.channels_last, r.n, c0 + j, s, sh.c, g.in_size))));
+          }
+        }
       }
+      for (int64_t i = 0; i < round; ++i)
+        partials[(p * sh.o + o) * taps + t0 + i] = acc[i * kThreads + threadIdx.x];
     }
-    for (int64_t i = 0; i < taps; ++i)
-      partials[(p * sh.o + o) * taps + i] = acc[i * kThreads + threadIdx.x];
   }
 }
 
@@ -403,9 +395,12 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
                                    const FilterSlices& f, DataType type, const Geometry& g,
                                    const DirectShapes& s, cudaStream_t stream) {
   const int64_t Cg = s.c / s.groups, taps = Cg * g.kernel_size;
-  if (taps > kDirectMaxTaps || f.count != s.n * f.per_image || f.per_image * f.rows < g.out[0])
-    return cudaErrorInvalidValue;
+  if (f.count != s.n * f.per_image || f.per_image * f.rows < g.out[0]) return cudaErrorInvalidValue;
   if (f.count == 0 || s.o == 0 || taps == 0) return cudaSuccess;
+  bool grouped = false;
+  if (const cudaError_t e = grouped_filter_partials(dy, x, partials, f, type, g, s, &grouped, stream);
+      e != cudaSuccess)
+    return e;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {
@@ -415,13 +410,13 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
       const T* xt = static_cast<const T*>(x);
       A* pt = static_cast<A*>(partials);
       const bool depthwise = s.groups == s.c && s.o == s.c;
-      const bool done = depthwise && with_tap_bound(g.kernel_size, [&](auto bound) {
+      const bool done = grouped || (depthwise && with_tap_bound(g.kernel_size, [&](auto bound) {
         constexpr int KB = decltype(bound)::value;
         return s.channels_last ? depthwise_filter_cl<KB, ND>(dyt, xt, pt, g, s, f, stream)
                                : depthwise_filter_cf<KB, ND>(dyt, xt, pt, g, s, f, stream);
-      });
+      }));
       if (!done) {
-        const size_t smem = static_cast<size_t>(taps) * kThreads * sizeof(A);
+        const size_t smem = static_cast<size_t>(std::min(taps, kDirectMaxTaps)) * kThreads * sizeof(A);
         if (smem > 48 * 1024) {
           // Per call, not cached: the attribute belongs to the current device's
           // context, and a call may run on any device. It is a cheap host call.

@@ -9,6 +9,7 @@
 
 #include "../geometry.h"
 #include "device_util.cuh"
+#include "direct_conv.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace im2col::cuda {
@@ -36,6 +37,21 @@ __device__ __forceinline__ void image_coords(bool cl, int64_t t, int64_t C, int6
     divmod(t, size, rest, s);
     divmod(rest, C, n, c);
   }
+}
+
+// The image and output rows [row_begin, row_end) of a filter-gradient slice.
+struct SliceRows {
+  int64_t n;
+  int32_t row_begin, row_end;
+};
+
+__device__ __forceinline__ SliceRows slice_rows(const FilterSlices& f, const Geometry& g,
+                                                int64_t slice) {
+  int64_t n, part;
+  divmod(slice, f.per_image, n, part);
+  const int64_t begin = part * f.rows;
+  const int64_t end = begin + f.rows < g.out[0] ? begin + f.rows : g.out[0];
+  return {n, static_cast<int32_t>(begin), static_cast<int32_t>(end)};
 }
 
 // Calls fn(T{}) with the CUDA element type of t.

@@ -55,6 +55,54 @@ __host__ __device__ inline size_t tile_end(const TilePlan& t, size_t elem_bytes)
   return table_bytes(t.table) + round16(static_cast<size_t>(t.channels) * t.plane * elem_bytes);
 }
 
+// Tile extents along dimensions 1.. (dilated, padded coordinates), the
+// positions per output row and the chunk's first row; false where windows
+// lie further apart than their extent (the tile would stage unread input).
+inline bool tile_extents(const Geometry& g, const ColumnsLayout& lay, TilePlan* t) {
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
+    if (g.stride[d] > window) return false;
+    t->extent[d] = static_cast<int32_t>((g.out[d] - 1) * g.stride[d] + window);
+  }
+  t->rest = static_cast<int32_t>(g.out_size / g.out[0]);
+  t->first_row = static_cast<int32_t>(lay.l0 / t->rest);
+  return true;
+}
+
+// Output rows of the chunk (tile_extents first).
+inline int64_t tile_rows_total(const TilePlan& t, const ColumnsLayout& lay) {
+  return (lay.l0 + lay.lc - 1) / t.rest - t.first_row + 1;
+}
+
+// Tile elements per channel for a band of `band` output rows (tile_extents first).
+inline int64_t tile_plane(const Geometry& g, const TilePlan& t, int64_t band) {
+  int64_t plane = (band - 1) * g.stride[0] + dilated_extent(g.kernel[0], g.rhs_dilation[0]);
+  for (int d = 1; d < g.nd; ++d) plane *= t.extent[d];
+  return plane;
+}
+
+// Completes a plan (tile_extents first) for bands of `band` rows, `channels`
+// channels per block out of C, a table of `table` entries and `smem` bytes.
+inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bool channels_last,
+                      int64_t band, int64_t channels, int64_t table, size_t smem, TilePlan* t) {
+  t->band = static_cast<int32_t>(band);
+  t->bands = static_cast<int32_t>((tile_rows_total(*t, lay) + band - 1) / band);
+  t->extent[0] = static_cast<int32_t>((band - 1) * g.stride[0] + dilated_extent(g.kernel[0], g.rhs_dilation[0]));
+  t->plane = static_cast<int32_t>(tile_plane(g, *t, band));
+  t->channels = static_cast<int32_t>(channels);
+  t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
+  t->table = static_cast<int32_t>(table);
+  t->smem = smem;
+  for (int d = 0; d < g.nd; ++d) {
+    t->out[d] = FastDiv(g.out[d]);
+    t->extent_div[d] = FastDiv(t->extent[d]);
+  }
+  t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
+  t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
+  t->channels_total = static_cast<int32_t>(C);
+  t->channels_div = FastDiv(C);
+}
+
 // Plans a tiled unfold; false when the tile does not pay or does not fit.
 // Channels-first, a block covers `channels` channels of a band; its table
 // holds the K tap offsets. Channels-last, a block covers all C channels of a
@@ -66,49 +114,20 @@ __host__ __device__ inline size_t tile_end(const TilePlan& t, size_t elem_bytes)
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
                       size_t block_extra = 0, size_t channel_extra = 0) {
-  for (int d = 0; d < g.nd; ++d) {
-    const int64_t window = dilated_extent(g.kernel[d], g.rhs_dilation[d]);
-    // Windows further apart than their extent would stage unread input.
-    if (g.stride[d] > window) return false;
-    t->extent[d] = static_cast<int32_t>((g.out[d] - 1) * g.stride[d] + window);
-  }
-  const int64_t K = g.kernel_size;
-  t->rest = static_cast<int32_t>(g.out_size / g.out[0]);
-  const int64_t row_first = lay.l0 / t->rest;
-  const int64_t row_last = (lay.l0 + lay.lc - 1) / t->rest;
-  const int64_t rows = row_last - row_first + 1;
-  t->first_row = static_cast<int32_t>(row_first);
-  int64_t inner = 1;
-  for (int d = 1; d < g.nd; ++d) inner *= t->extent[d];
-  const int64_t window0 = dilated_extent(g.kernel[0], g.rhs_dilation[0]);
-  auto tile_rows = [&](int64_t band) { return (band - 1) * g.stride[0] + window0; };
+  if (!tile_extents(g, lay, t)) return false;
+  const int64_t K = g.kernel_size, rows = tile_rows_total(*t, lay);
   int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
   int64_t channels = channels_last ? C : std::max<int64_t>(1, std::min<int64_t>(C, kTileWork / (band * t->rest)));
   auto entries = [&](int64_t band_) { return channels_last ? K * C + band_ * t->rest : K; };
   auto bytes = [&](int64_t band_, int64_t ch) {
-    return table_bytes(entries(band_)) + round16(static_cast<size_t>(ch * tile_rows(band_) * inner) * elem_bytes) +
+    return table_bytes(entries(band_)) + round16(static_cast<size_t>(ch * tile_plane(g, *t, band_)) * elem_bytes) +
            block_extra + static_cast<size_t>(ch) * channel_extra;
   };
   while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
     channels = (channels + 1) / 2;
   while (bytes(band, channels) > kTileSmemPreferred && band > 1) band = (band + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
-  t->band = static_cast<int32_t>(band);
-  t->bands = static_cast<int32_t>((rows + band - 1) / band);
-  t->extent[0] = static_cast<int32_t>(tile_rows(band));
-  t->plane = static_cast<int32_t>(tile_rows(band) * inner);
-  t->channels = static_cast<int32_t>(channels);
-  t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
-  t->table = static_cast<int32_t>(entries(band));
-  t->smem = bytes(band, channels);
-  for (int d = 0; d < g.nd; ++d) {
-    t->out[d] = FastDiv(g.out[d]);
-    t->extent_div[d] = FastDiv(t->extent[d]);
-  }
-  t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
-  t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
-  t->channels_total = static_cast<int32_t>(C);
-  t->channels_div = FastDiv(C);
+  size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   return true;
 }
 
@@ -221,6 +240,16 @@ struct TileBlock {
   int32_t p_begin, p_end;  // chunk positions [p_begin, p_end) of the band
 };
 
+// Sets b's first row and positions for band `band` of the chunk.
+__device__ __forceinline__ void band_positions(const TilePlan& t, const ColumnsLayout& lay, int64_t band,
+                                               TileBlock& b) {
+  b.row0 = t.first_row + static_cast<int32_t>(band) * t.band;
+  const int64_t begin = static_cast<int64_t>(b.row0) * t.rest;
+  const int64_t end = begin + static_cast<int64_t>(t.band) * t.rest;
+  b.p_begin = static_cast<int32_t>((begin > lay.l0 ? begin : lay.l0) - lay.l0);
+  b.p_end = static_cast<int32_t>((end < lay.l0 + lay.lc ? end : lay.l0 + lay.lc) - lay.l0);
+}
+
 __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
                                                 const ColumnsLayout& lay) {
   int64_t b = blockIdx.x, band, cb;
@@ -230,11 +259,7 @@ __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
   tb.n = b;
   tb.c0 = static_cast<int32_t>(cb) * t.channels;
   tb.channels = t.channels < C - tb.c0 ? t.channels : static_cast<int32_t>(C - tb.c0);
-  tb.row0 = t.first_row + static_cast<int32_t>(band) * t.band;
-  const int64_t begin = static_cast<int64_t>(tb.row0) * t.rest;
-  const int64_t end = begin + static_cast<int64_t>(t.band) * t.rest;
-  tb.p_begin = static_cast<int32_t>((begin > lay.l0 ? begin : lay.l0) - lay.l0);
-  tb.p_end = static_cast<int32_t>((end < lay.l0 + lay.lc ? end : lay.l0 + lay.lc) - lay.l0);
+  band_positions(t, lay, band, tb);
   return tb;
 }
 
