@@ -3,9 +3,10 @@
 # that a benchmarks/profile_*.py script runs (clock control off: the card's
 # clocks are left alone). Writes $OUT/ncu.txt and prints its key lines.
 #
-#   bash benchmarks/ncu_profile.sh [columns|depthwise]
+#   bash benchmarks/ncu_profile.sh [columns|depthwise|grouped]
 #     columns:   unfold / fold (benchmarks/profile_columns.py), the default
 #     depthwise: the direct depthwise kernels (benchmarks/profile_depthwise.py)
+#     grouped:   the direct grouped kernels (benchmarks/profile_grouped.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -13,6 +14,7 @@ mkdir -p "$OUT"
 case "${1:-columns}" in
   columns) script=benchmarks/profile_columns.py; kernels="(unfold|fold)_c[fl]" ;;
   depthwise) script=benchmarks/profile_depthwise.py; kernels="(depthwise|filter)_" ;;
+  grouped) script=benchmarks/profile_grouped.py; kernels="(grouped|filter_|forward_kernel|backward_data_kernel)" ;;
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \

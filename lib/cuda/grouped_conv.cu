@@ -73,16 +73,39 @@ GroupShape group_shape(int64_t groups, int64_t cin_total, int64_t cout_total, in
 
 // --- forward and input gradient ----------------------------------------------------
 
+// Rows of kRO-channel vectors in shared memory (the staged weights and dy):
+// padded by one 16-byte vector, so that stores of consecutive rows spread
+// over the banks while every row stays 16-byte aligned.
+__host__ __device__ __forceinline__ int32_t padded_row(const GroupShape& s, size_t acc_bytes) {
+  return s.cout_pad + static_cast<int32_t>(16 / acc_bytes);
+}
+
 // Stages the weights of input channels [c0, c0 + cc) of the group as
-// [channel][tap][output channel], output channels padded with zeros to cout_pad.
+// [channel][tap][output channel] (rows of padded_row), output channels
+// padded with zeros to cout_pad. Consecutive threads read consecutive
+// weights: the filter is (a, b, tap) in the forward, (b, a, tap) in the
+// input gradient.
 template <typename T, typename A>
 __device__ __forceinline__ void stage_weights(A* weights, const T* w_group, const GroupShape& s, int32_t c0,
                                               int32_t cc, int32_t K) {
-  for (int32_t i = threadIdx.x; i < cc * K * s.cout_pad; i += kThreads) {
-    const int32_t a = i % s.cout_pad, r = i / s.cout_pad;
-    const int32_t kk = r % K, ci = r / K;
-    weights[i] = a < s.cout ? static_cast<A>(to_acc(__ldg(w_group + a * s.out_stride + (c0 + ci) * s.in_stride + kk)))
-                            : A(0);
+  const int32_t row = padded_row(s, sizeof(A));
+  const bool a_outer = s.out_stride > s.in_stride;
+  for (int32_t i = threadIdx.x; i < s.cout * cc * K; i += kThreads) {
+    int32_t a, ci, kk, r;
+    if (a_outer) {
+      a = i / (cc * K), r = i - a * cc * K;
+      ci = r / K, kk = r - ci * K;
+    } else {
+      ci = i / (s.cout * K), r = i - ci * s.cout * K;
+      a = r / K, kk = r - a * K;
+    }
+    weights[(ci * K + kk) * row + a] =
+        static_cast<A>(to_acc(__ldg(w_group + a * s.out_stride + (c0 + ci) * s.in_stride + kk)));
+  }
+  const int32_t pad = s.cout_pad - s.cout;
+  for (int32_t i = threadIdx.x; i < cc * K * pad; i += kThreads) {
+    const int32_t r = i / pad;
+    weights[r * row + s.cout + (i - r * pad)] = A(0);
   }
 }
 
@@ -124,6 +147,7 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
   const T* w_group = w + gi * s.group_stride;
   TY* y_group = y + (tb.n * s.cout_total + gi * s.cout) * g.out_size;
   const bool one_chunk = t.channels >= s.cin;
+  const int32_t wrow = padded_row(s, sizeof(A));
   for (int32_t q0 = tb.p_begin; q0 < tb.p_end; q0 += s.cols * kRP) {
     int32_t pos[kRP];  // tile offsets; 0 (a valid read, never stored) past the band
 #pragma unroll
@@ -148,13 +172,13 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
       if (!active) continue;
       for (int32_t ci = 0; ci < cc; ++ci) {
         const T* src = tile + ci * t.plane;
-        const A* wc = weights + ci * K * s.cout_pad + oc0;
+        const A* wc = weights + ci * K * wrow + oc0;
         for (int32_t kk = 0; kk < K; ++kk) {
           const T* tap = src + taps[kk];
           A xv[kRP], wv[kRO];
 #pragma unroll
           for (int j = 0; j < kRP; ++j) xv[j] = static_cast<A>(to_acc(tap[pos[j]]));
-          load_outputs(wv, wc + kk * s.cout_pad);
+          load_outputs(wv, wc + kk * wrow);
 #pragma unroll
           for (int i = 0; i < kRO; ++i)
 #pragma unroll
@@ -187,7 +211,7 @@ bool plan_grouped(const Geometry& g, const GroupShape& s, size_t elem, size_t ac
   int64_t channels = s.cin;
   auto bytes = [&](int64_t band_, int64_t ch) {
     return table_bytes(K) + round16(static_cast<size_t>(ch * tile_plane(g, *t, band_)) * elem) +
-           static_cast<size_t>(ch * K * s.cout_pad) * acc;
+           static_cast<size_t>(ch * K * padded_row(s, acc)) * acc;
   };
   while (bytes(band, channels) > kTileSmemMax && channels > 1) channels = (channels + 1) / 2;
   while (bytes(band, channels) > kTileSmemMax && band > 1) band = (band + 1) / 2;
@@ -209,14 +233,6 @@ bool grouped_launch(const T* x, const T* w, TY* y, const Geometry& g, int64_t n,
 }
 
 // --- filter gradient -----------------------------------------------------------
-
-// Row stride of the staged dy: output channels padded by one 16-byte vector,
-// so that the staging stores (8 positions x 4 channels per warp) hit distinct
-// banks.
-template <typename A>
-__host__ __device__ __forceinline__ int32_t dy_stride(const GroupShape& s) {
-  return s.cout_pad + static_cast<int32_t>(16 / sizeof(A));
-}
 
 // (input channel, tap) pairs of a chunk, in kRT columns per thread.
 __host__ __device__ __forceinline__ int32_t filter_units(const GroupShape& s, int32_t cc, int32_t K) {
@@ -240,7 +256,7 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   int32_t* taps = reinterpret_cast<int32_t*>(smem);
   T* tile = reinterpret_cast<T*>(smem + table_bytes(t.table));
   A* dys = reinterpret_cast<A*>(smem + tile_end(t, sizeof(T)));
-  const int32_t stride = dy_stride<A>(s);
+  const int32_t stride = padded_row(s, sizeof(A));
   int32_t* offsets = reinterpret_cast<int32_t*>(dys + round16(static_cast<size_t>(p.stage) * stride * sizeof(A)) / sizeof(A));
   int64_t b = blockIdx.x, chunk, gi, slice;
   divmod(b, static_cast<int64_t>(p.chunks), b, chunk);
@@ -346,7 +362,7 @@ bool plan_grouped_filter(const Geometry& g, const GroupShape& s, const FilterSli
   int64_t channels = s.cin;
   while (filter_units(s, static_cast<int32_t>(channels), K) > kThreads && channels > 1) channels = (channels + 1) / 2;
   if (filter_units(s, static_cast<int32_t>(channels), K) > kThreads) return false;
-  const size_t stride = static_cast<size_t>(s.cout_pad) + 16 / acc;
+  const size_t stride = padded_row(s, acc);
   auto stage = [&](int64_t band_) { return std::min<int64_t>(kStage, band_ * t.rest); };
   auto bytes = [&](int64_t band_, int64_t ch) {
     return table_bytes(K) + round16(static_cast<size_t>(ch * tile_plane(g, t, band_)) * elem) +
