@@ -34,7 +34,10 @@ using DataType = xla::ffi::DataType;
 constexpr int kRO = 8;  // output channels per thread
 constexpr int kRP = 4;  // output positions per thread (forward)
 constexpr int kRT = 4;  // (input channel, tap) pairs per thread (filter gradient)
-constexpr int kGroupedBlocksPerSM = 2;
+// Blocks per SM the kernels are compiled for: 80 registers (float
+// accumulators) leave the band's latency to other blocks; double sums keep 2.
+template <typename A>
+constexpr int kGroupedBlocksPerSM = sizeof(A) == 8 ? 2 : 3;
 constexpr int32_t kStage = 256;            // dy positions staged at once (filter gradient)
 constexpr size_t kReduceBytes = 32 * 1024;  // shared memory of the filter gradient's reduction
 
@@ -122,7 +125,7 @@ __device__ __forceinline__ void load_outputs(A (&v)[kRO], const A* src) {
 }
 
 template <int ND, typename T, typename TY>
-__global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM)
+__global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<TY>::type>)
 grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
                   TilePlan t, GroupShape s, bool flip) {
   using A = typename Acc<TY>::type;
@@ -165,20 +168,22 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
       if (!one_chunk || q0 == tb.p_begin) {
         __syncthreads();  // the previous chunk's reads are done
         tb.channels = cc;
-        fill_channels_first<ND, kDepthwiseFill>(tile, x_group + c0 * g.in_size, g, t, tb);
+        fill_channels_first<ND>(tile, x_group + c0 * g.in_size, g, t, tb);
         stage_weights(weights, w_group, s, c0, cc, K);
         __syncthreads();
       }
       if (!active) continue;
-      for (int32_t ci = 0; ci < cc; ++ci) {
-        const T* src = tile + ci * t.plane;
-        const A* wc = weights + ci * K * wrow + oc0;
-        for (int32_t kk = 0; kk < K; ++kk) {
-          const T* tap = src + taps[kk];
+      // Taps outermost: a tap's tile addresses are set once, then step by a
+      // plane per channel.
+      for (int32_t kk = 0; kk < K; ++kk) {
+        const T* xs = tile + taps[kk];
+        const A* wc = weights + kk * wrow + oc0;
+#pragma unroll 2
+        for (int32_t ci = 0; ci < cc; ++ci, xs += t.plane, wc += K * wrow) {
           A xv[kRP], wv[kRO];
 #pragma unroll
-          for (int j = 0; j < kRP; ++j) xv[j] = static_cast<A>(to_acc(tap[pos[j]]));
-          load_outputs(wv, wc + kk * wrow);
+          for (int j = 0; j < kRP; ++j) xv[j] = static_cast<A>(to_acc(xs[pos[j]]));
+          load_outputs(wv, wc);
 #pragma unroll
           for (int i = 0; i < kRO; ++i)
 #pragma unroll
@@ -246,7 +251,7 @@ struct FilterPlan {
 };
 
 template <int ND, typename T>
-__global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM)
+__global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<T>::type>)
 grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                          typename Acc<T>::type* __restrict__ partials, Geometry g, FilterPlan p,
                          GroupShape s, FilterSlices f) {
@@ -288,7 +293,7 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     tb.p_begin = row0 * t.rest;
     tb.p_end = (row0 + t.band < r.row_end ? row0 + t.band : r.row_end) * t.rest;
     __syncthreads();  // the previous band's reads are done
-    fill_channels_first<ND, kDepthwiseFill>(tile, x_group, g, t, tb);
+    fill_channels_first<ND>(tile, x_group, g, t, tb);
     if (row0 == r.row_begin) {  // the taps are visible after the barrier above
 #pragma unroll
       for (int j = 0; j < kRT; ++j) {
@@ -312,6 +317,7 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
         offsets[pp] = position_offset<ND>(g, t, s0 + pp, row0);
       __syncthreads();
       if (!active) continue;
+#pragma unroll 2
       for (int32_t pp = q; pp < count; pp += groups_of_units) {
         const int32_t off = offsets[pp];
         A dv[kRO], xv[kRT];
