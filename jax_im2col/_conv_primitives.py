@@ -250,7 +250,7 @@ ALGORITHM_DIRECT = 1
 # in rounds).
 DIRECT_MAX_TAPS = 32
 # Keep in sync with kGroupedMaxChannels in lib/cuda/direct_conv.h.
-GROUPED_MAX_CHANNELS = 32
+GROUPED_MAX_CHANNELS = 16
 
 
 def _grouped(spec, c, o):

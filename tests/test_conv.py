@@ -284,16 +284,17 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
     jax.clear_caches()
 
 
-# Channels-first grouped convolutions with a few to 32 channels per group:
+# Channels-first grouped convolutions with a few to 16 channels per group:
 # the CUDA grouped kernels (grouped_conv.cu), from channel counts that leave
-# most of a thread's output channels unused to the most the kernels take,
-# bands of several passes, channel chunks (float64 with 32 channels), filter
-# gradients staged in several rounds (rows wider than a stage), and lhs
-# dilation (whose input gradient takes the scalar kernel).
+# most of a thread's output channels unused to the most the kernels are given,
+# bands of several passes, channel chunks (float64, 16 channels, wide tiles),
+# filter gradients staged in several rounds (rows wider than a stage), and
+# lhs dilation (whose input gradient takes the scalar kernel); one case past
+# the limit (the GEMM path).
 GROUPED_CASES = {
     "1d-g4-c16": dict(nd=1, n=2, c=64, o=64, groups=4, spatial=(300,), kernel=(3,), strides=(1,),
                       padding=((1, 1),), rhs_dilation=(1,)),
-    "1d-c32-long": dict(nd=1, n=2, c=64, o=64, groups=2, spatial=(1100,), kernel=(5,), strides=(1,),
+    "1d-c16-long": dict(nd=1, n=2, c=32, o=32, groups=2, spatial=(1100,), kernel=(5,), strides=(1,),
                         padding=((2, 2),), rhs_dilation=(1,)),
     "2d-resnext": dict(nd=2, n=2, c=32, o=32, groups=4, spatial=(14, 14), kernel=(3, 3), strides=(1, 1),
                        padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
@@ -301,7 +302,9 @@ GROUPED_CASES = {
                            padding=((2, 0), (1, 3)), rhs_dilation=(2, 3)),
     "2d-wide": dict(nd=2, n=1, c=4, o=6, groups=2, spatial=(3, 1500), kernel=(2, 3), strides=(1, 1),
                     padding="SAME", rhs_dilation=(1, 1)),
-    "2d-c32-og24": dict(nd=2, n=1, c=64, o=48, groups=2, spatial=(12, 11), kernel=(3, 3), strides=(1, 2),
+    "2d-c16-chunks": dict(nd=2, n=1, c=32, o=24, groups=2, spatial=(40, 40), kernel=(3, 3), strides=(1, 1),
+                          padding="SAME", rhs_dilation=(1, 1)),
+    "2d-c32-gemm": dict(nd=2, n=1, c=64, o=48, groups=2, spatial=(12, 11), kernel=(3, 3), strides=(1, 2),
                         padding="SAME", rhs_dilation=(1, 1)),
     "3d": dict(nd=3, n=2, c=8, o=24, groups=2, spatial=(6, 7, 5), kernel=(3, 2, 3), strides=(1, 1, 2),
                padding="SAME", rhs_dilation=(1, 1, 1)),
@@ -339,18 +342,20 @@ def test_grouped_algorithm_choice():
     return types.SimpleNamespace(groups=groups, channels_last=channels_last,
                                  window=types.SimpleNamespace(kernel_size=9))
   direct, gemm = _conv_primitives.ALGORITHM_DIRECT, _conv_primitives.ALGORITHM_GEMM
-  assert _conv_primitives._algorithm(spec(2), 64, 64) == direct      # 32 channels per group
-  assert _conv_primitives._algorithm(spec(2), 64, 66) == gemm        # 33 output channels per group
+  assert _conv_primitives._algorithm(spec(4), 64, 64) == direct      # 16 channels per group
+  assert _conv_primitives._algorithm(spec(4), 64, 68) == gemm        # 17 output channels per group
+  assert _conv_primitives._algorithm(spec(2), 64, 64) == gemm        # 32 channels per group
   assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
   assert _conv_primitives._algorithm(spec(8, True), 64, 64) == gemm  # channels-last: GEMM
   assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped_cf"
   assert _conv_primitives._filter_kind(spec(64), 64, 64) == "depthwise_cf"
   assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "scalar"
-  # jax#13800's grouped 1-D convolution, lowered for CUDA: every call direct,
-  # the filter gradient in slices of _GROUPED_POSITIONS rows.
+  # A grouped 1-D convolution (jax#13800's with 8 channels per group),
+  # lowered for CUDA: every call direct, the filter gradient in slices of
+  # _GROUPED_POSITIONS rows.
   x = jax.ShapeDtypeStruct((8, 512, 4000), jnp.float32)
-  w = jax.ShapeDtypeStruct((512, 32, 3), jnp.float32)
-  loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1,), padding=((1, 1),), feature_group_count=16) ** 2)
+  w = jax.ShapeDtypeStruct((512, 8, 3), jnp.float32)
+  loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1,), padding=((1, 1),), feature_group_count=64) ** 2)
   text = _cuda_text(jax.value_and_grad(loss, (0, 1)), x, w)
   for target in ("forward", "backward_data", "backward_filter"):
     calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
@@ -366,7 +371,7 @@ GROUPED_SLICINGS = {"whole-image": 1 << 40, "one-row": 1}
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
 @pytest.mark.parametrize("slicing", list(GROUPED_SLICINGS))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("name", ["1d-c32-long", "2d-resnext", "2d-wide", "3d"])
+@pytest.mark.parametrize("name", ["1d-c16-long", "2d-resnext", "2d-wide", "3d"])
 def test_grouped_filter_gradient_slicings(monkeypatch, slicing, dtype, name):
   """The grouped filter gradient with one slice per image (several bands and
   stages per block) and one output row per slice (many partial sums)."""

@@ -1,7 +1,8 @@
 // Grouped convolution, channels-first, for groups of a few to
-// kGroupedMaxChannels channels (ResNeXt's 4-32, the grouped 1-D convs of
-// speech models): each group's GEMM is too thin for the tensor cores, and
-// im2col columns would cost K times the input's traffic.
+// kGroupedMaxChannels channels (ResNeXt's 4-16): each group's GEMM is too
+// thin for the tensor cores, and im2col columns would cost K times the
+// input's traffic. The kernels take up to 64 output channels per group (8
+// rows of threads); direct_conv.h sets how many they are given.
 //
 // Forward: a block stages the input of one group under a band of output rows
 // in shared memory (tile.cuh), a chunk of its channels at a time, with the
