@@ -254,11 +254,11 @@ GROUPED_MAX_CHANNELS = 16
 
 
 def _grouped(spec, c, o):
-  """The channels-first grouped kernels (grouped_applies in
-  lib/cuda/grouped_conv.cu): groups of at most GROUPED_MAX_CHANNELS input and
-  output channels, depthwise excepted."""
+  """The grouped kernels (grouped_applies in lib/cuda/grouped_conv.cu): groups
+  of at most GROUPED_MAX_CHANNELS input and output channels, depthwise
+  excepted."""
   cg, og = c // spec.groups, o // spec.groups
-  return (not spec.channels_last and spec.groups > 1 and not spec.groups == c == o
+  return (spec.groups > 1 and not spec.groups == c == o
           and cg <= GROUPED_MAX_CHANNELS and og <= GROUPED_MAX_CHANNELS)
 
 
@@ -327,7 +327,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 #   lib/cuda/tile.cuh); its slices span at most that many positions (one tile
 #   band where it fits), so that each thread sums many positions before the
 #   reduction.
-# - "grouped_cf" (grouped_conv.cu) takes one slice and one group per block:
+# - "grouped" (grouped_conv.cu) takes one slice and one group per block:
 #   slices of about _GROUPED_POSITIONS positions, fewer where the partial sums
 #   would pass _GROUPED_PARTIALS elements.
 # - "scalar" (every other direct case) gets about _DIRECT_FILTER_PAIRS
@@ -346,7 +346,7 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
   rest = int(np.prod(out_spatial[1:], dtype=np.int64))
   if kind == "depthwise_cf":
     rows = max(1, min(out0, _TILE_POSITIONS // rest))
-  elif kind == "grouped_cf":
+  elif kind == "grouped":
     rows = max(1, min(out0, _GROUPED_POSITIONS // rest))
     per_image_cap = max(1, _GROUPED_PARTIALS // max(1, n * o * taps))
     rows = max(rows, -(-out0 // per_image_cap))
@@ -359,7 +359,7 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
 def _filter_kind(spec, c, o):
   if spec.groups == c == o and not spec.channels_last:
     return "depthwise_cf"  # depthwise_filter_cf in lib/cuda/direct_filter.cu
-  return "grouped_cf" if _grouped(spec, c, o) else "scalar"
+  return "grouped" if _grouped(spec, c, o) else "scalar"
 
 
 @empty_safe

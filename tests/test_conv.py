@@ -284,7 +284,7 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
     jax.clear_caches()
 
 
-# Channels-first grouped convolutions with a few to 16 channels per group:
+# Grouped convolutions with a few to 16 channels per group:
 # the CUDA grouped kernels (grouped_conv.cu), from channel counts that leave
 # most of a thread's output channels unused to the most the kernels are given,
 # bands of several passes, channel chunks (float64, 16 channels, wide tiles),
@@ -313,26 +313,28 @@ GROUPED_CASES = {
 }
 
 
-def grouped_config(name):
+def grouped_config(name, layout):
   case = GROUPED_CASES[name]
   nd, groups = case["nd"], case["groups"]
-  specs = layout_specs("cf", nd)
+  specs = layout_specs(layout, nd)
+  dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
   kwargs = dict(window_strides=case["strides"], padding=case["padding"], rhs_dilation=case["rhs_dilation"],
                 dimension_numbers=specs, feature_group_count=groups)
   if "lhs_dilation" in case:
     kwargs["lhs_dilation"] = case["lhs_dilation"]
-  return dict(lhs_shape=(case["n"], case["c"], *case["spatial"]),
-              rhs_shape=(case["o"], case["c"] // groups, *case["kernel"]), kwargs=kwargs)
+  return dict(lhs_shape=place(dn.lhs_spec, (case["n"], case["c"], *case["spatial"])),
+              rhs_shape=place(dn.rhs_spec, (case["o"], case["c"] // groups, *case["kernel"])), kwargs=kwargs)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", ["cf", "cl"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, jnp.bfloat16],
                          ids=["float64", "float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(GROUPED_CASES))
-def test_grouped_against_lax(platform, dtype, name):
+def test_grouped_against_lax(platform, layout, dtype, name):
   """Output, input gradient and filter gradient."""
   with on_platform(platform):
-    check_vjp_against_lax(grouped_config(name), 3, dtype)
+    check_vjp_against_lax(grouped_config(name, layout), 3, dtype)
 
 
 def test_grouped_algorithm_choice():
@@ -346,8 +348,10 @@ def test_grouped_algorithm_choice():
   assert _conv_primitives._algorithm(spec(4), 64, 68) == gemm        # 17 output channels per group
   assert _conv_primitives._algorithm(spec(2), 64, 64) == gemm        # 32 channels per group
   assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
-  assert _conv_primitives._algorithm(spec(8, True), 64, 64) == gemm  # channels-last: GEMM
-  assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped_cf"
+  assert _conv_primitives._algorithm(spec(8, True), 64, 64) == direct
+  assert _conv_primitives._algorithm(spec(2, True), 64, 64) == gemm
+  assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped"
+  assert _conv_primitives._filter_kind(spec(8, True), 64, 64) == "grouped"
   assert _conv_primitives._filter_kind(spec(64), 64, 64) == "depthwise_cf"
   assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "scalar"
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
@@ -370,18 +374,19 @@ GROUPED_SLICINGS = {"whole-image": 1 << 40, "one-row": 1}
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
 @pytest.mark.parametrize("slicing", list(GROUPED_SLICINGS))
+@pytest.mark.parametrize("layout", ["cf", "cl"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", ["1d-c16-long", "2d-resnext", "2d-wide", "3d"])
-def test_grouped_filter_gradient_slicings(monkeypatch, slicing, dtype, name):
+def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, name):
   """The grouped filter gradient with one slice per image (several bands and
   stages per block) and one output row per slice (many partial sums)."""
   monkeypatch.setattr(_conv_primitives, "_GROUPED_POSITIONS", GROUPED_SLICINGS[slicing])
   rows = {"whole-image": 56, "one-row": 1}[slicing]
-  assert _conv_primitives.direct_filter_slices(2, (56, 56), 64, "grouped_cf", 72) == (rows, 2 * 56 // rows)
+  assert _conv_primitives.direct_filter_slices(2, (56, 56), 64, "grouped", 72) == (rows, 2 * 56 // rows)
   jax.clear_caches()
   try:
     with on_platform("gpu"):
-      check_vjp_against_lax(grouped_config(name), 4, dtype)
+      check_vjp_against_lax(grouped_config(name, layout), 4, dtype)
   finally:
     jax.clear_caches()
 

@@ -64,7 +64,7 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
 // (in shared memory); it takes larger filters in rounds of this many.
 constexpr int64_t kDirectMaxTaps = 32;
 
-// Grouped convolutions, channels-first, with at most kGroupedMaxChannels
+// Grouped convolutions, either layout, with at most kGroupedMaxChannels
 // input and output channels per group, depthwise excepted (grouped_conv.cu):
 // *done is false where these kernels do not apply or their tiles do not fit;
 // the scalar kernels then take the call. At 32 channels per group (jax#13800's

@@ -1,4 +1,4 @@
-// Grouped convolution, channels-first, for groups of a few to
+// Grouped convolution, channels-first or channels-last, for groups of a few to
 // kGroupedMaxChannels channels (ResNeXt's 4-16): each group's GEMM is too
 // thin for the tensor cores, and im2col columns would cost K times the
 // input's traffic. The kernels take up to 64 output channels per group (8
@@ -44,19 +44,23 @@ constexpr size_t kReduceBytes = 32 * 1024;  // shared memory of the filter gradi
 
 // The channels a block reads (the tile) and writes, the threads' layout, and
 // where the weights lie: weight (output channel a, input channel b, tap kk)
-// of group gi at gi * group_stride + a * out_stride + b * in_stride + kk.
+// of group gi at gi * group_stride + a * out_stride + b * in_stride +
+// kk * tap_stride.
 struct GroupShape {
+  bool cl;
   int64_t groups;
   int32_t cin, cout;  // per group
   int64_t cin_total, cout_total;
   int32_t cout_pad;   // cout rounded up to kRO
   int32_t rows;       // rows of threads, kRO output channels each
   int32_t cols;       // threads per row: kThreads / (rows rounded up to a power of 2)
-  int64_t group_stride, out_stride, in_stride;
+  int64_t group_stride, out_stride, in_stride, tap_stride;
 };
 
-GroupShape group_shape(int64_t groups, int64_t cin_total, int64_t cout_total, int64_t K, bool transposed) {
+GroupShape group_shape(int64_t groups, int64_t cin_total, int64_t cout_total, int64_t K, bool transposed,
+                       bool cl) {
   GroupShape s;
+  s.cl = cl;
   s.groups = groups;
   s.cin = static_cast<int32_t>(cin_total / groups);
   s.cout = static_cast<int32_t>(cout_total / groups);
@@ -67,11 +71,15 @@ GroupShape group_shape(int64_t groups, int64_t cin_total, int64_t cout_total, in
   int32_t rows_pow2 = 1;
   while (rows_pow2 < s.rows) rows_pow2 *= 2;
   s.cols = kThreads / rows_pow2;
-  // The filter is (O, Cg, K) = (groups * Og, Cg, K): the forward reads
-  // (a = output channel, b = input channel); the input gradient the reverse.
+  // The filter is (O, Cg, K) channels-first, (O, K, Cg) channels-last, O =
+  // groups * Og: the forward reads (a = output channel, b = input channel);
+  // the input gradient the reverse.
   s.group_stride = static_cast<int64_t>(s.cin) * s.cout * K;
-  s.out_stride = transposed ? K : s.cin * K;
-  s.in_stride = transposed ? s.cout * K : K;
+  const int64_t o_stride = cl ? K * (transposed ? s.cout : s.cin) : (transposed ? s.cout : s.cin) * K;
+  const int64_t c_stride = cl ? 1 : K;
+  s.out_stride = transposed ? c_stride : o_stride;
+  s.in_stride = transposed ? o_stride : c_stride;
+  s.tap_stride = cl ? (transposed ? s.cout : s.cin) : 1;
   return s;
 }
 
@@ -104,13 +112,27 @@ __device__ __forceinline__ void stage_weights(A* weights, const T* w_group, cons
       a = r / K, kk = r - a * K;
     }
     weights[(ci * K + kk) * row + a] =
-        static_cast<A>(to_acc(__ldg(w_group + a * s.out_stride + (c0 + ci) * s.in_stride + kk)));
+        static_cast<A>(to_acc(__ldg(w_group + a * s.out_stride + (c0 + ci) * s.in_stride + kk * s.tap_stride)));
   }
   const int32_t pad = s.cout_pad - s.cout;
   for (int32_t i = threadIdx.x; i < cc * K * pad; i += kThreads) {
     const int32_t r = i / pad;
     weights[r * row + s.cout + (i - r * pad)] = A(0);
   }
+}
+
+// Where channel c0 of image n starts, and the strides of channels and spatial
+// offsets: channels-first (N, C, size), channels-last (N, size, C).
+__host__ __device__ __forceinline__ int64_t group_start(bool cl, int64_t n, int64_t c0, int64_t C, int64_t size) {
+  return cl ? n * size * C + c0 : (n * C + c0) * size;
+}
+
+struct ImageStrides {
+  int64_t channel, spatial;
+};
+
+__host__ __device__ __forceinline__ ImageStrides image_strides(bool cl, int64_t C, int64_t size) {
+  return cl ? ImageStrides{1, C} : ImageStrides{size, 1};
 }
 
 // v[0, kRO) = src[0, kRO), in 16-byte reads (src aligned to 16 bytes).
@@ -127,7 +149,7 @@ __device__ __forceinline__ void load_outputs(A (&v)[kRO], const A* src) {
 
 template <int ND, typename T, typename TY>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<TY>::type>)
-grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
+grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
                   TilePlan t, GroupShape s, bool flip) {
   using A = typename Acc<TY>::type;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -147,9 +169,11 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
   for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_offset<ND>(g, t, flip ? K - 1 - kk : kk);
   const int32_t row = threadIdx.x / s.cols, col = threadIdx.x % s.cols, oc0 = row * kRO;
   const bool active = row < s.rows;
-  const T* x_group = x + (tb.n * s.cin_total + gi * s.cin) * g.in_size;
+  const T* x_group = x + group_start(s.cl, tb.n, gi * s.cin, s.cin_total, g.in_size);
+  const ImageStrides xst = image_strides(s.cl, s.cin_total, g.in_size);
   const T* w_group = w + gi * s.group_stride;
-  TY* y_group = y + (tb.n * s.cout_total + gi * s.cout) * g.out_size;
+  TY* y_group = y + group_start(s.cl, tb.n, gi * s.cout, s.cout_total, g.out_size);
+  const ImageStrides ys = image_strides(s.cl, s.cout_total, g.out_size);
   const bool one_chunk = t.channels >= s.cin;
   const int32_t wrow = padded_row(s, sizeof(A));
   for (int32_t q0 = tb.p_begin; q0 < tb.p_end; q0 += s.cols * kRP) {
@@ -169,7 +193,7 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
       if (!one_chunk || q0 == tb.p_begin) {
         __syncthreads();  // the previous chunk's reads are done
         tb.channels = cc;
-        fill_channels_first<ND>(tile, x_group + c0 * g.in_size, g, t, tb);
+        fill_channels<ND>(tile, x_group + c0 * xst.channel, xst.channel, xst.spatial, g, t, tb);
         stage_weights(weights, w_group, s, c0, cc, K);
         __syncthreads();
       }
@@ -196,11 +220,11 @@ grouped_cf_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
 #pragma unroll
     for (int i = 0; i < kRO; ++i) {
       if (oc0 + i >= s.cout) break;
-      TY* out = y_group + (oc0 + i) * g.out_size;
+      TY* out = y_group + (oc0 + i) * ys.channel;
 #pragma unroll
       for (int j = 0; j < kRP; ++j) {
         const int32_t e = q0 + col + j * s.cols;
-        if (e < tb.p_end) out[e] = store_value<TY>(acc[i][j]);
+        if (e < tb.p_end) out[e * ys.spatial] = store_value<TY>(acc[i][j]);
       }
     }
   }
@@ -234,7 +258,7 @@ bool grouped_launch(const T* x, const T* w, TY* y, const Geometry& g, int64_t n,
   if (!plan_grouped(g, s, sizeof(T), sizeof(A), &t)) return false;
   const int64_t blocks = n * s.groups * t.bands;
   if (blocks >= (int64_t{1} << 31)) return false;
-  grouped_cf_kernel<ND, T, TY><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(x, w, y, g, t, s, flip);
+  grouped_kernel<ND, T, TY><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(x, w, y, g, t, s, flip);
   return true;
 }
 
@@ -253,7 +277,7 @@ struct FilterPlan {
 
 template <int ND, typename T>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<T>::type>)
-grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+grouped_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                          typename Acc<T>::type* __restrict__ partials, Geometry g, FilterPlan p,
                          GroupShape s, FilterSlices f) {
   using A = typename Acc<T>::type;
@@ -277,8 +301,10 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   const bool active = q < groups_of_units;
   const int32_t oc0 = u / tcols * kRO, jj0 = u % tcols * kRT;
   for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_offset<ND>(g, t, kk);
-  const T* x_group = x + (r.n * s.cin_total + gi * s.cin + c0) * g.in_size;
-  const T* dy_group = dy + (r.n * s.cout_total + gi * s.cout) * g.out_size;
+  const ImageStrides xst = image_strides(s.cl, s.cin_total, g.in_size);
+  const ImageStrides ds = image_strides(s.cl, s.cout_total, g.out_size);
+  const T* x_group = x + group_start(s.cl, r.n, gi * s.cin + c0, s.cin_total, g.in_size);
+  const T* dy_group = dy + group_start(s.cl, r.n, gi * s.cout, s.cout_total, g.out_size);
   A acc[kRO][kRT];
 #pragma unroll
   for (int i = 0; i < kRO; ++i)
@@ -294,7 +320,7 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     tb.p_begin = row0 * t.rest;
     tb.p_end = (row0 + t.band < r.row_end ? row0 + t.band : r.row_end) * t.rest;
     __syncthreads();  // the previous band's reads are done
-    fill_channels_first<ND>(tile, x_group, g, t, tb);
+    fill_channels<ND>(tile, x_group, xst.channel, xst.spatial, g, t, tb);
     if (row0 == r.row_begin) {  // the taps are visible after the barrier above
 #pragma unroll
       for (int j = 0; j < kRT; ++j) {
@@ -312,7 +338,8 @@ grouped_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
         const int32_t pb = i / span, rem = i - pb * span;
         const int32_t a = rem / 8, pp = pb * 8 + rem % 8;
         if (pp < count)
-          dys[pp * stride + a] = a < s.cout ? static_cast<A>(to_acc(__ldg(dy_group + a * g.out_size + s0 + pp))) : A(0);
+          dys[pp * stride + a] =
+              a < s.cout ? static_cast<A>(to_acc(__ldg(dy_group + a * ds.channel + (s0 + pp) * ds.spatial))) : A(0);
       }
       for (int32_t pp = threadIdx.x; pp < count; pp += kThreads)
         offsets[pp] = position_offset<ND>(g, t, s0 + pp, row0);
@@ -391,14 +418,14 @@ bool grouped_filter_launch(const T* dy, const T* x, typename Acc<T>::type* parti
   if (!plan_grouped_filter(g, s, f, sizeof(T), sizeof(typename Acc<T>::type), &p)) return false;
   const int64_t blocks = f.count * s.groups * p.chunks;
   if (blocks >= (int64_t{1} << 31)) return false;
-  grouped_filter_cf_kernel<ND, T><<<static_cast<unsigned>(blocks), kThreads, p.t.smem, stream>>>(
+  grouped_filter_kernel<ND, T><<<static_cast<unsigned>(blocks), kThreads, p.t.smem, stream>>>(
       dy, x, partials, g, p, s, f);
   return true;
 }
 
 bool grouped_applies(const DirectShapes& s) {
   const int64_t cg = s.c / s.groups, og = s.o / s.groups;
-  return !s.channels_last && s.groups > 1 && !(s.groups == s.c && s.o == s.c) && cg <= kGroupedMaxChannels &&
+  return s.groups > 1 && !(s.groups == s.c && s.o == s.c) && cg <= kGroupedMaxChannels &&
          og <= kGroupedMaxChannels;
 }
 
@@ -408,7 +435,7 @@ cudaError_t grouped_forward(const void* x, const void* w, void* y, DataType in, 
                             const DirectShapes& s, bool* done, cudaStream_t stream) {
   *done = false;
   if (!grouped_applies(s)) return cudaSuccess;
-  const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false);
+  const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(in, [&](auto tag) {
@@ -433,7 +460,7 @@ cudaError_t grouped_backward_data(const void* dy, const void* w, void* dx, DataT
   *done = false;
   Geometry t;
   if (!grouped_applies(s) || !transposed_geometry(g, &t)) return cudaSuccess;
-  const GroupShape gs = group_shape(s.groups, s.o, s.c, g.kernel_size, true);
+  const GroupShape gs = group_shape(s.groups, s.o, s.c, g.kernel_size, true, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {
@@ -450,7 +477,7 @@ cudaError_t grouped_filter_partials(const void* dy, const void* x, void* partial
                                     cudaStream_t stream) {
   *done = false;
   if (!grouped_applies(s)) return cudaSuccess;
-  const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false);
+  const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {

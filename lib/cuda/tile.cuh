@@ -263,19 +263,30 @@ __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
   return tb;
 }
 
-// Fills the channels-first tile of block b: its channels of image x_image
-// (the block's first channel at x_image), one plane of t.plane elements each.
+// Fills the tile of block b with its channels [0, b.channels) of one image:
+// channel c of x_chunk at c * channel_stride, spatial offset q at
+// q * spatial_stride (channels-first: in_size and 1; channels-last: 1 and
+// C), one plane of t.plane elements each.
 template <int ND, int FILL = kFill, typename U>
-__device__ __forceinline__ void fill_channels_first(U* tile, const U* x_image, const Geometry& g,
-                                                    const TilePlan& t, const TileBlock& b) {
+__device__ __forceinline__ void fill_channels(U* tile, const U* x_chunk, int64_t channel_stride,
+                                              int64_t spatial_stride, const Geometry& g, const TilePlan& t,
+                                              const TileBlock& b) {
   fill_tile<FILL>(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
     int32_t cl, w, ci, line;
     t.width.divmod(e, cl, w);
     t.lines.divmod(cl, ci, line);
     const int32_t base = line_source<ND>(g, t, line, b.row0);
     const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
-    return q >= 0 ? x_image + ci * g.in_size + base + q : nullptr;
+    return q >= 0 ? x_chunk + ci * channel_stride + static_cast<int64_t>(base + q) * spatial_stride : nullptr;
   });
+}
+
+// The channels-first tile of block b: its channels of image x_image (the
+// block's first channel at x_image).
+template <int ND, int FILL = kFill, typename U>
+__device__ __forceinline__ void fill_channels_first(U* tile, const U* x_image, const Geometry& g,
+                                                    const TilePlan& t, const TileBlock& b) {
+  fill_channels<ND, FILL>(tile, x_image, g.in_size, 1, g, t, b);
 }
 
 }  // namespace im2col::cuda
