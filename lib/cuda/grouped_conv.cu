@@ -135,6 +135,15 @@ __host__ __device__ __forceinline__ ImageStrides image_strides(bool cl, int64_t 
   return cl ? ImageStrides{1, C} : ImageStrides{size, 1};
 }
 
+// The tile of a chunk of a group's channels, from its first channel x_chunk;
+// `chunk` divides by t.channels.
+template <int ND, typename T>
+__device__ __forceinline__ void fill_group(T* tile, const T* x_chunk, ImageStrides st, const FastDiv& chunk,
+                                           const Geometry& g, const TilePlan& t, const TileBlock& b) {
+  if (st.channel == 1) fill_channels_interleaved<ND>(tile, x_chunk, st.spatial, chunk, g, t, b);
+  else fill_channels<ND>(tile, x_chunk, st.channel, st.spatial, g, t, b);
+}
+
 // v[0, kRO) = src[0, kRO), in 16-byte reads (src aligned to 16 bytes).
 template <typename A>
 __device__ __forceinline__ void load_outputs(A (&v)[kRO], const A* src) {
@@ -150,7 +159,7 @@ __device__ __forceinline__ void load_outputs(A (&v)[kRO], const A* src) {
 template <int ND, typename T, typename TY>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<TY>::type>)
 grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
-                  TilePlan t, GroupShape s, bool flip) {
+                  TilePlan t, FastDiv chunk, GroupShape s, bool flip) {
   using A = typename Acc<TY>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* taps = reinterpret_cast<int32_t*>(smem);
@@ -193,7 +202,7 @@ grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict_
       if (!one_chunk || q0 == tb.p_begin) {
         __syncthreads();  // the previous chunk's reads are done
         tb.channels = cc;
-        fill_channels<ND>(tile, x_group + c0 * xst.channel, xst.channel, xst.spatial, g, t, tb);
+        fill_group<ND>(tile, x_group + c0 * xst.channel, xst, chunk, g, t, tb);
         stage_weights(weights, w_group, s, c0, cc, K);
         __syncthreads();
       }
@@ -258,7 +267,8 @@ bool grouped_launch(const T* x, const T* w, TY* y, const Geometry& g, int64_t n,
   if (!plan_grouped(g, s, sizeof(T), sizeof(A), &t)) return false;
   const int64_t blocks = n * s.groups * t.bands;
   if (blocks >= (int64_t{1} << 31)) return false;
-  grouped_kernel<ND, T, TY><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(x, w, y, g, t, s, flip);
+  grouped_kernel<ND, T, TY><<<static_cast<unsigned>(blocks), kThreads, t.smem, stream>>>(
+      x, w, y, g, t, FastDiv(t.channels), s, flip);
   return true;
 }
 
@@ -271,6 +281,7 @@ __host__ __device__ __forceinline__ int32_t filter_units(const GroupShape& s, in
 
 struct FilterPlan {
   TilePlan t;     // t.channels: input channels per chunk (a block dimension)
+  FastDiv chunk;  // t.channels
   int32_t stage;  // dy positions staged at once
   int32_t chunks;
 };
@@ -320,7 +331,7 @@ grouped_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     tb.p_begin = row0 * t.rest;
     tb.p_end = (row0 + t.band < r.row_end ? row0 + t.band : r.row_end) * t.rest;
     __syncthreads();  // the previous band's reads are done
-    fill_channels<ND>(tile, x_group, xst.channel, xst.spatial, g, t, tb);
+    fill_group<ND>(tile, x_group, xst, p.chunk, g, t, tb);
     if (row0 == r.row_begin) {  // the taps are visible after the barrier above
 #pragma unroll
       for (int j = 0; j < kRT; ++j) {
@@ -406,6 +417,7 @@ bool plan_grouped_filter(const Geometry& g, const GroupShape& s, const FilterSli
   while (bytes(band, channels) > kTileSmemMax && channels > 1) channels = (channels + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, s.cin, false, band, channels, K, std::max(bytes(band, channels), kReduceBytes), &t);
+  p->chunk = FastDiv(channels);
   p->stage = static_cast<int32_t>(stage(band));
   p->chunks = static_cast<int32_t>((s.cin + channels - 1) / channels);
   return g.out_size < (int64_t{1} << 31) && g.in_size < (int64_t{1} << 31);

@@ -216,8 +216,9 @@ __device__ __forceinline__ int32_t column_source(const Geometry& g, int32_t w, i
 constexpr int kFill = 4;
 constexpr int kDepthwiseFill = 12;  // the depthwise kernels (direct_conv.cu, direct_filter.cu)
 
-template <int FILL = kFill, typename U, typename Source>
-__device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& source) {
+// fill_tile with element e stored at tile[target(e)].
+template <int FILL = kFill, typename U, typename Source, typename Target>
+__device__ __forceinline__ void fill_tile_to(U* tile, int32_t count, Source&& source, Target&& target) {
   const int32_t step = static_cast<int32_t>(blockDim.x);
   for (int32_t e0 = threadIdx.x; e0 < count; e0 += FILL * step) {
     U v[FILL];
@@ -229,8 +230,13 @@ __device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& sourc
     }
 #pragma unroll
     for (int u = 0; u < FILL; ++u)
-      if (e0 + u * step < count) tile[e0 + u * step] = v[u];
+      if (e0 + u * step < count) tile[target(e0 + u * step)] = v[u];
   }
+}
+
+template <int FILL = kFill, typename U, typename Source>
+__device__ __forceinline__ void fill_tile(U* tile, int32_t count, Source&& source) {
+  fill_tile_to<FILL>(tile, count, source, [](int32_t e) { return e; });
 }
 
 // The band, channel block and image of this block.
@@ -279,6 +285,33 @@ __device__ __forceinline__ void fill_channels(U* tile, const U* x_chunk, int64_t
     const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
     return q >= 0 ? x_chunk + ci * channel_stride + static_cast<int64_t>(base + q) * spatial_stride : nullptr;
   });
+}
+
+// fill_channels for an image whose channels lie side by side (channels-last,
+// spatial offset q at q * spatial_stride): consecutive threads read
+// consecutive channels of one position (whole sectors per warp) and store
+// them a plane apart. `channels` divides by t.channels; the slots of
+// channels past b.channels get zeros.
+template <int ND, int FILL = kFill, typename U>
+__device__ __forceinline__ void fill_channels_interleaved(U* tile, const U* x_chunk, int64_t spatial_stride,
+                                                          const FastDiv& channels, const Geometry& g,
+                                                          const TilePlan& t, const TileBlock& b) {
+  fill_tile_to<FILL>(
+      tile, t.channels * t.plane,
+      [&](int32_t e) -> const U* {
+        int32_t p, ci, line, w;
+        channels.divmod(e, p, ci);
+        if (ci >= b.channels) return nullptr;
+        t.width.divmod(p, line, w);
+        const int32_t base = line_source<ND>(g, t, line, b.row0);
+        const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
+        return q >= 0 ? x_chunk + ci + static_cast<int64_t>(base + q) * spatial_stride : nullptr;
+      },
+      [&](int32_t e) {
+        int32_t p, ci;
+        channels.divmod(e, p, ci);
+        return ci * t.plane + p;
+      });
 }
 
 // The channels-first tile of block b: its channels of image x_image (the
