@@ -276,10 +276,16 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
   rows = {"whole-image": 56, "one-row": 1}[slicing]
   kind = "depthwise_cf" if layout == "cf" else "scalar"
   assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
+  check_vjp_on_gpu_afresh(depthwise_config(name, layout), 2, dtype)
+
+
+def check_vjp_on_gpu_afresh(cfg, seed, dtype):
+  """check_vjp_against_lax on the GPU with nothing compiled before (the
+  slicing attributes are read when lowering)."""
   jax.clear_caches()
   try:
     with on_platform("gpu"):
-      check_vjp_against_lax(depthwise_config(name, layout), 2, dtype)
+      check_vjp_against_lax(cfg, seed, dtype)
   finally:
     jax.clear_caches()
 
@@ -383,12 +389,7 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
   monkeypatch.setattr(_conv_primitives, "_GROUPED_POSITIONS", GROUPED_SLICINGS[slicing])
   rows = {"whole-image": 56, "one-row": 1}[slicing]
   assert _conv_primitives.direct_filter_slices(2, (56, 56), 64, "grouped", 72) == (rows, 2 * 56 // rows)
-  jax.clear_caches()
-  try:
-    with on_platform("gpu"):
-      check_vjp_against_lax(grouped_config(name, layout), 4, dtype)
-  finally:
-    jax.clear_caches()
+  check_vjp_on_gpu_afresh(grouped_config(name, layout), 4, dtype)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

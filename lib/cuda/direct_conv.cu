@@ -383,22 +383,15 @@ cudaError_t direct_forward(const void* x, const void* w, void* y, DataType in, D
     return e;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
-    return with_type(in, [&](auto tag) {
+    return with_types(in, out, [&](auto tag, auto out_tag) {
       using T = decltype(tag);
-      auto launch = [&](auto out_tag) {
-        using TY = decltype(out_tag);
-        const T* xt = static_cast<const T*>(x);
-        const T* wt = static_cast<const T*>(w);
-        TY* yt = static_cast<TY*>(y);
-        if (!depthwise_forward<ND>(xt, wt, yt, g, s, stream))
-          forward_kernel<ND, T, TY><<<blocks_for(total), kThreads, 0, stream>>>(xt, wt, yt, g, s);
-        return cudaGetLastError();
-      };
-      if (out == DataType::F32 && !std::is_same_v<T, float>) {
-        if constexpr (std::is_same_v<T, double>) return cudaErrorInvalidValue;
-        else return launch(float{});
-      }
-      return launch(T{});
+      using TY = decltype(out_tag);
+      const T* xt = static_cast<const T*>(x);
+      const T* wt = static_cast<const T*>(w);
+      TY* yt = static_cast<TY*>(y);
+      if (!depthwise_forward<ND>(xt, wt, yt, g, s, stream))
+        forward_kernel<ND, T, TY><<<blocks_for(total), kThreads, 0, stream>>>(xt, wt, yt, g, s);
+      return cudaGetLastError();
     });
   });
 }

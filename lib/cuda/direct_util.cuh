@@ -1,11 +1,12 @@
 // Index helpers, channel-vector arithmetic and type dispatch shared by the
-// direct convolution kernels (direct_conv.cu, direct_filter.cu).
+// direct convolution kernels (direct_conv.cu, direct_filter.cu, grouped_conv.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../geometry.h"
 #include "device_util.cuh"
@@ -65,6 +66,21 @@ cudaError_t with_type(xla::ffi::DataType t, Fn&& fn) {
     case DataType::F64: return fn(double{});
     default: return cudaErrorInvalidValue;
   }
+}
+
+// Calls fn(T{}, TY{}) for input type `in` and output type `out`: TY is T, or
+// float for half inputs with a float32 output (the forward's
+// preferred_element_type).
+template <typename Fn>
+cudaError_t with_types(xla::ffi::DataType in, xla::ffi::DataType out, Fn&& fn) {
+  return with_type(in, [&](auto tag) {
+    using T = decltype(tag);
+    if (out == xla::ffi::DataType::F32 && !std::is_same_v<T, float>) {
+      if constexpr (std::is_same_v<T, double>) return cudaErrorInvalidValue;
+      else return fn(tag, float{});
+    }
+    return fn(tag, tag);
+  });
 }
 
 // acc[v] += weights[v] * src[v] for the V channels at src (aligned to the

@@ -450,19 +450,12 @@ cudaError_t grouped_forward(const void* x, const void* w, void* y, DataType in, 
   const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
-    return with_type(in, [&](auto tag) {
+    return with_types(in, out, [&](auto tag, auto out_tag) {
       using T = decltype(tag);
-      auto launch = [&](auto out_tag) {
-        using TY = decltype(out_tag);
-        *done = grouped_launch<ND>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<TY*>(y), g,
-                                   s.n, gs, false, stream);
-        return cudaGetLastError();
-      };
-      if (out == DataType::F32 && !std::is_same_v<T, float>) {
-        if constexpr (std::is_same_v<T, double>) return cudaErrorInvalidValue;
-        else return launch(float{});
-      }
-      return launch(T{});
+      using TY = decltype(out_tag);
+      *done = grouped_launch<ND>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<TY*>(y), g, s.n,
+                                 gs, false, stream);
+      return cudaGetLastError();
     });
   });
 }
