@@ -94,9 +94,9 @@ __host__ __device__ __forceinline__ int32_t padded_row(const GroupShape& s, size
 
 // Stages the weights of input channels [c0, c0 + cc) of the group as
 // [channel][tap][output channel] (rows of padded_row), output channels
-// padded with zeros to cout_pad. Consecutive threads read consecutive
-// weights: the filter is (a, b, tap) in the forward, (b, a, tap) in the
-// input gradient.
+// padded with zeros to cout_pad. Consecutive threads read nearby weights:
+// (a, b, tap) in that order where the filter's a axis is the outer one (the
+// forward), (b, a, tap) where b is (the input gradient).
 template <typename T, typename A>
 __device__ __forceinline__ void stage_weights(A* weights, const T* w_group, const GroupShape& s, int32_t c0,
                                               int32_t cc, int32_t K) {
@@ -136,7 +136,8 @@ __host__ __device__ __forceinline__ ImageStrides image_strides(bool cl, int64_t 
 }
 
 // The tile of a chunk of a group's channels, from its first channel x_chunk;
-// `chunk` divides by t.channels.
+// `chunk` divides by t.channels. Channels adjacent in memory (channels-last,
+// or channels-first with one spatial position) take the interleaved fill.
 template <int ND, typename T>
 __device__ __forceinline__ void fill_group(T* tile, const T* x_chunk, ImageStrides st, const FastDiv& chunk,
                                            const Geometry& g, const TilePlan& t, const TileBlock& b) {
@@ -158,8 +159,8 @@ __device__ __forceinline__ void load_outputs(A (&v)[kRO], const A* src) {
 
 template <int ND, typename T, typename TY>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<TY>::type>)
-grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
-                  TilePlan t, FastDiv chunk, GroupShape s, bool flip) {
+grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g, TilePlan t,
+               FastDiv chunk, GroupShape s, bool flip) {
   using A = typename Acc<TY>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* taps = reinterpret_cast<int32_t*>(smem);
@@ -289,8 +290,8 @@ struct FilterPlan {
 template <int ND, typename T>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSM<typename Acc<T>::type>)
 grouped_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                         typename Acc<T>::type* __restrict__ partials, Geometry g, FilterPlan p,
-                         GroupShape s, FilterSlices f) {
+                      typename Acc<T>::type* __restrict__ partials, Geometry g, FilterPlan p, GroupShape s,
+                      FilterSlices f) {
   using A = typename Acc<T>::type;
   extern __shared__ __align__(16) unsigned char smem[];
   const TilePlan& t = p.t;
