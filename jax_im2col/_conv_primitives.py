@@ -253,12 +253,16 @@ DIRECT_MAX_TAPS = 32
 GROUPED_MAX_CHANNELS = 16
 
 
+def _depthwise(spec, c, o):
+  return spec.groups == c == o
+
+
 def _grouped(spec, c, o):
   """The grouped kernels (grouped_applies in lib/cuda/grouped_conv.cu): groups
   of at most GROUPED_MAX_CHANNELS input and output channels, depthwise
   excepted."""
   cg, og = c // spec.groups, o // spec.groups
-  return (spec.groups > 1 and not spec.groups == c == o
+  return (spec.groups > 1 and not _depthwise(spec, c, o)
           and cg <= GROUPED_MAX_CHANNELS and og <= GROUPED_MAX_CHANNELS)
 
 
@@ -357,7 +361,7 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
 
 
 def _filter_kind(spec, c, o):
-  if spec.groups == c == o and not spec.channels_last:
+  if _depthwise(spec, c, o) and not spec.channels_last:
     return "depthwise_cf"  # depthwise_filter_cf in lib/cuda/direct_filter.cu
   return "grouped" if _grouped(spec, c, o) else "scalar"
 

@@ -337,7 +337,7 @@ template <int ND, typename T, typename TY>
 bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const DirectShapes& s,
                        cudaStream_t stream) {
   using A = typename Acc<TY>::type;
-  if (s.groups != s.c || s.o != s.c) return false;
+  if (!s.depthwise()) return false;
   if (!s.channels_last) return depthwise_cf<ND>(x, w, y, g, s, false, stream);
   constexpr int V = 16 / sizeof(T);
   const size_t smem = staged_weights_bytes<A>(g, s.c);
@@ -368,7 +368,7 @@ template <int ND, typename T>
 bool depthwise_backward_data_cf(const T* dy, const T* w, T* dx, const Geometry& g,
                                 const DirectShapes& s, cudaStream_t stream) {
   Geometry t;
-  if (s.groups != s.c || s.o != s.c || !transposed_geometry(g, &t)) return false;
+  if (!s.depthwise() || !transposed_geometry(g, &t)) return false;
   return depthwise_cf<ND>(dy, w, dx, t, s, true, stream);
 }
 
@@ -411,7 +411,7 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
       using A = typename Acc<T>::type;
       constexpr int V = 16 / sizeof(T);
       const size_t smem = staged_weights_bytes<A>(g, s.c);
-      if (s.channels_last && s.groups == s.c && s.o == s.c && s.c % V == 0 && smem <= 48 * 1024 &&
+      if (s.channels_last && s.depthwise() && s.c % V == 0 && smem <= 48 * 1024 &&
           aligned_to(dy, 16) && aligned_to(dx, 16)) {
         const unsigned blocks = std::min(blocks_for(s.n * g.in_size * (s.c / V)), 4096u);
         depthwise_backward_data_cl_kernel<ND, T, V><<<blocks, kThreads, smem, stream>>>(

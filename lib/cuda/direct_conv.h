@@ -17,6 +17,8 @@ namespace im2col::cuda {
 struct DirectShapes {
   int64_t n, c, o, groups;
   bool channels_last;
+  // One input and one output channel per group.
+  bool depthwise() const { return groups == c && o == c; }
 };
 
 // y = conv(x, w); y may be float32 for half x and w.

@@ -409,8 +409,7 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
       const T* dyt = static_cast<const T*>(dy);
       const T* xt = static_cast<const T*>(x);
       A* pt = static_cast<A*>(partials);
-      const bool depthwise = s.groups == s.c && s.o == s.c;
-      const bool done = grouped || (depthwise && with_tap_bound(g.kernel_size, [&](auto bound) {
+      const bool done = grouped || (s.depthwise() && with_tap_bound(g.kernel_size, [&](auto bound) {
         constexpr int KB = decltype(bound)::value;
         return s.channels_last ? depthwise_filter_cl<KB, ND>(dyt, xt, pt, g, s, f, stream)
                                : depthwise_filter_cf<KB, ND>(dyt, xt, pt, g, s, f, stream);

@@ -121,12 +121,8 @@ __device__ __forceinline__ void stage_weights(A* weights, const T* w_group, cons
   }
 }
 
-// Where channel c0 of image n starts, and the strides of channels and spatial
-// offsets: channels-first (N, C, size), channels-last (N, size, C).
-__host__ __device__ __forceinline__ int64_t group_start(bool cl, int64_t n, int64_t c0, int64_t C, int64_t size) {
-  return cl ? n * size * C + c0 : (n * C + c0) * size;
-}
-
+// The strides of channels and spatial offsets of an image (image_index):
+// channels-first (N, C, size), channels-last (N, size, C).
 struct ImageStrides {
   int64_t channel, spatial;
 };
@@ -179,10 +175,10 @@ grouped_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict_
   for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_offset<ND>(g, t, flip ? K - 1 - kk : kk);
   const int32_t row = threadIdx.x / s.cols, col = threadIdx.x % s.cols, oc0 = row * kRO;
   const bool active = row < s.rows;
-  const T* x_group = x + group_start(s.cl, tb.n, gi * s.cin, s.cin_total, g.in_size);
+  const T* x_group = x + image_index(s.cl, tb.n, gi * s.cin, 0, s.cin_total, g.in_size);
   const ImageStrides xst = image_strides(s.cl, s.cin_total, g.in_size);
   const T* w_group = w + gi * s.group_stride;
-  TY* y_group = y + group_start(s.cl, tb.n, gi * s.cout, s.cout_total, g.out_size);
+  TY* y_group = y + image_index(s.cl, tb.n, gi * s.cout, 0, s.cout_total, g.out_size);
   const ImageStrides ys = image_strides(s.cl, s.cout_total, g.out_size);
   const bool one_chunk = t.channels >= s.cin;
   const int32_t wrow = padded_row(s, sizeof(A));
@@ -315,8 +311,8 @@ grouped_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   for (int32_t kk = threadIdx.x; kk < K; kk += kThreads) taps[kk] = tap_offset<ND>(g, t, kk);
   const ImageStrides xst = image_strides(s.cl, s.cin_total, g.in_size);
   const ImageStrides ds = image_strides(s.cl, s.cout_total, g.out_size);
-  const T* x_group = x + group_start(s.cl, r.n, gi * s.cin + c0, s.cin_total, g.in_size);
-  const T* dy_group = dy + group_start(s.cl, r.n, gi * s.cout, s.cout_total, g.out_size);
+  const T* x_group = x + image_index(s.cl, r.n, gi * s.cin + c0, 0, s.cin_total, g.in_size);
+  const T* dy_group = dy + image_index(s.cl, r.n, gi * s.cout, 0, s.cout_total, g.out_size);
   A acc[kRO][kRT];
 #pragma unroll
   for (int i = 0; i < kRO; ++i)
@@ -343,8 +339,9 @@ grouped_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     for (int32_t s0 = tb.p_begin; s0 < tb.p_end; s0 += p.stage) {
       const int32_t count = p.stage < tb.p_end - s0 ? p.stage : tb.p_end - s0;
       if (s0 != tb.p_begin) __syncthreads();  // the previous stage's reads are done
-      // 8 consecutive positions x 4 channels per warp: 32-byte reads of dy,
-      // stores to distinct banks.
+      // 8 consecutive positions x 4 channels per warp: stores to distinct
+      // banks, and channels-first 32-byte reads of dy (channels-last, where
+      // channels are adjacent, a warp reads 8 runs of 4 channels).
       const int32_t span = 8 * s.cout_pad;
       for (int32_t i = threadIdx.x; i < (count + 7) / 8 * span; i += kThreads) {
         const int32_t pb = i / span, rem = i - pb * span;
@@ -438,7 +435,7 @@ bool grouped_filter_launch(const T* dy, const T* x, typename Acc<T>::type* parti
 
 bool grouped_applies(const DirectShapes& s) {
   const int64_t cg = s.c / s.groups, og = s.o / s.groups;
-  return s.groups > 1 && !(s.groups == s.c && s.o == s.c) && cg <= kGroupedMaxChannels &&
+  return s.groups > 1 && !s.depthwise() && cg <= kGroupedMaxChannels &&
          og <= kGroupedMaxChannels;
 }
 

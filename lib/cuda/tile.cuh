@@ -74,9 +74,14 @@ inline int64_t tile_rows_total(const TilePlan& t, const ColumnsLayout& lay) {
   return (lay.l0 + lay.lc - 1) / t.rest - t.first_row + 1;
 }
 
+// Input rows (dimension 0) under a band of `band` output rows.
+inline int64_t band_extent(const Geometry& g, int64_t band) {
+  return (band - 1) * g.stride[0] + dilated_extent(g.kernel[0], g.rhs_dilation[0]);
+}
+
 // Tile elements per channel for a band of `band` output rows (tile_extents first).
 inline int64_t tile_plane(const Geometry& g, const TilePlan& t, int64_t band) {
-  int64_t plane = (band - 1) * g.stride[0] + dilated_extent(g.kernel[0], g.rhs_dilation[0]);
+  int64_t plane = band_extent(g, band);
   for (int d = 1; d < g.nd; ++d) plane *= t.extent[d];
   return plane;
 }
@@ -87,7 +92,7 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
                       int64_t band, int64_t channels, int64_t table, size_t smem, TilePlan* t) {
   t->band = static_cast<int32_t>(band);
   t->bands = static_cast<int32_t>((tile_rows_total(*t, lay) + band - 1) / band);
-  t->extent[0] = static_cast<int32_t>((band - 1) * g.stride[0] + dilated_extent(g.kernel[0], g.rhs_dilation[0]));
+  t->extent[0] = static_cast<int32_t>(band_extent(g, band));
   t->plane = static_cast<int32_t>(tile_plane(g, *t, band));
   t->channels = static_cast<int32_t>(channels);
   t->channel_blocks = static_cast<int32_t>(channels_last ? 1 : (C + channels - 1) / channels);
