@@ -48,12 +48,15 @@ if(NOT cublas_library)
 endif()
 message(STATUS "jax_im2col: CUDA module with cuBLAS ${cublas_library}")
 
+# Ampere and newer (the implicit GEMM uses cp.async, ldmatrix and mma.sync),
+# unless asked otherwise; set before enable_language, which would otherwise
+# pick the compiler's default architecture.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+  set(CMAKE_CUDA_ARCHITECTURES "80;90")
+endif()
 enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-  set(CMAKE_CUDA_ARCHITECTURES "80;90")
-endif()
 find_package(CUDAToolkit REQUIRED)
 
 nanobind_add_module(_cuda NB_STATIC
@@ -63,6 +66,8 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu
   lib/cuda/grouped_conv.cu
+  lib/cuda/implicit_gemm.cu
+  lib/cuda/relayout.cu
   lib/cuda/unfold_fold.cc
   lib/cuda/conv.cu)
 target_include_directories(_cuda SYSTEM PRIVATE ${XLA_FFI_INCLUDE_DIR} ${cublas_include})

@@ -16,6 +16,7 @@ on the CPU to unfold/fold custom calls and XLA dots.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ from jax.interpreters import ad, batching, mlir
 from . import _ffi, _unfold
 from ._geometry import Window, dilated
 from ._primitive import make_primitive
-from ._workspace import plan_chunks
+from ._workspace import align, plan_chunks
 from ._zeros import empty_safe
 
 PRECISION_DEFAULT = 0  # float32 may use TF32 tensor cores on the GPU
@@ -275,6 +276,62 @@ def _algorithm(spec, c, o):
   return ALGORITHM_DIRECT if small or _grouped(spec, c, o) else ALGORITHM_GEMM
 
 
+ALGORITHM_IMPLICIT = 2
+_MAX_GROUPS_IMPLICIT = 65535  # the kernel's grid z
+_INT32_LIMIT = 1 << 31
+
+
+@functools.lru_cache(maxsize=None)
+def _ampere_or_newer():
+  """Whether every visible CUDA device can run the implicit GEMM (compute
+  capability 8.0 or newer: cp.async, ldmatrix, mma.sync). True when none is
+  visible, so that lowering for CUDA on a machine without a GPU shows the plan
+  a current GPU gets."""
+  try:
+    devices = jax.devices("cuda")
+  except RuntimeError:
+    return True
+  return all(float(getattr(d, "compute_capability", "8.0")) >= 8.0 for d in devices)
+
+
+def _implicit(spec, dtype, c, o, *, input_gradient=False):
+  """The implicit GEMM on tensor cores (implicit_applies in
+  lib/cuda/implicit_gemm.cu) for a convolution that would otherwise take
+  im2col + GEMM: float16 / bfloat16, or float32 at DEFAULT precision (TF32);
+  the image it reads (x, or dy for the input gradient) with channels per group
+  in whole 16-byte vectors; no lhs dilation (so the input gradient only for
+  unit strides). A 1x1 window without stride or padding stays a plain GEMM."""
+  dtype = np.dtype(dtype)
+  if not (dtype in _HALF or (dtype == np.float32 and spec.precision == PRECISION_DEFAULT)):
+    return False
+  if not _ampere_or_newer():
+    return False
+  w = spec.window
+  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity:
+    return False
+  if any(d != 1 for d in w.lhs_dilation) or spec.groups > _MAX_GROUPS_IMPLICIT:
+    return False
+  if input_gradient and any(s != 1 for s in w.stride):
+    return False
+  channels = (o if input_gradient else c) // spec.groups
+  return (channels % (16 // dtype.itemsize) == 0 and channels * w.kernel_size < _INT32_LIMIT
+          and max(c, o) < _INT32_LIMIT)
+
+
+def _implicit_call(target, ctx, a, b, spec, *, image_aval, filter_bytes):
+  """image_aval: the image the kernel reads; channels-first ones are made
+  channels-last in chunks of images under the workspace cap."""
+  item = np.dtype(image_aval.dtype).itemsize
+  images, image_bytes = 1, 0
+  if not spec.channels_last and image_aval.shape[0] > 0:
+    per_image = int(np.prod(image_aval.shape[1:], dtype=np.int64)) * item
+    images = max(1, min(image_aval.shape[0], spec.workspace_limit // max(1, per_image)))
+    image_bytes = images * per_image
+  return _cuda_call(target, ctx, a, b, spec, images=images, positions=1,
+                    workspace_bytes=max(1, align(filter_bytes) + align(image_bytes)),
+                    algorithm=ALGORITHM_IMPLICIT)
+
+
 def _channels(spec, image_aval, y_aval):
   cl = spec.channels_last
   return _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(y_aval.shape, cl)
@@ -304,8 +361,14 @@ def _direct_call(target, ctx, a, b, spec):
 @empty_safe
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
-  if _algorithm(spec, *_channels(spec, xa, ya)) == ALGORITHM_DIRECT:
+  c, o = _channels(spec, xa, ya)
+  if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
+  if _implicit(spec, xa.dtype, c, o):
+    wa = ctx.avals_in[1]
+    filter_bytes = 0 if spec.channels_last else wa.size * np.dtype(wa.dtype).itemsize
+    return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa,
+                          filter_bytes=filter_bytes)
   item = np.dtype(xa.dtype).itemsize
   plan = _plan(ctx, spec, xa, ya, columns=0 if spec.window.is_identity else item,
                transposed_dy=False, accumulator=False)
@@ -315,8 +378,13 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 @empty_safe
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
-  if _algorithm(spec, *_channels(spec, dxa, dya)) == ALGORITHM_DIRECT:
+  c, o = _channels(spec, dxa, dya)
+  if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
+  if _implicit(spec, dya.dtype, c, o, input_gradient=True):
+    wa = ctx.avals_in[1]
+    return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
+                          filter_bytes=wa.size * np.dtype(wa.dtype).itemsize)
   dtype = np.dtype(dya.dtype)
   cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32
   plan = _plan(ctx, spec, dxa, dya, columns=0 if spec.window.is_identity else cols_item,

@@ -58,7 +58,8 @@ class ChunkPlan:
   workspace_bytes: int
 
 
-def _align(n: int) -> int:
+def align(n: int) -> int:
+  """n rounded up to the workspace alignment (kWorkspaceAlign)."""
   return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
@@ -82,6 +83,6 @@ def plan_chunks(*, n: int, positions: int, cols_row_bytes: int, extra_row_bytes:
     images = 1
   cols = images * chunk_positions * cols_row_bytes if needs_columns else 0
   extra = images * chunk_positions * extra_row_bytes if needs_columns else 0
-  total = (_align(BLAS_WORKSPACE_BYTES) + _align(3 * images * groups * 8) + _align(cols)
-           + _align(extra) + _align(acc_bytes))
+  total = (align(BLAS_WORKSPACE_BYTES) + align(3 * images * groups * 8) + align(cols)
+           + align(extra) + align(acc_bytes))
   return ChunkPlan(images, chunk_positions, total)

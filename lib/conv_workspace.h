@@ -43,4 +43,18 @@ inline ConvWorkspace conv_workspace(size_t cols_elems, size_t cols_bytes_per_ele
   return w;
 }
 
+// Workspace of the implicit GEMM (algorithm 2): the filter in the kernel's row
+// layout, then one chunk of the input image made channels-last; either part
+// is 0 bytes where the call needs none.
+struct ImplicitWorkspace {
+  size_t filter = 0, image = 0, total = 0;  // offsets
+};
+
+inline ImplicitWorkspace implicit_workspace(size_t filter_bytes, size_t image_bytes) {
+  ImplicitWorkspace w;
+  w.image = align_up(filter_bytes);
+  w.total = w.image + align_up(image_bytes);
+  return w;
+}
+
 }  // namespace im2col

@@ -392,6 +392,149 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
   check_vjp_on_gpu_afresh(grouped_config(name, layout), 4, dtype)
 
 
+# Convolutions the implicit GEMM takes on the GPU (channels per group in whole
+# 16-byte vectors): on a 132-multiprocessor GPU each of its three tile shapes
+# (the two 190 x 190 cases take 128 x 128 and 128 x 64, the rest 64 x 64),
+# partial tiles in both dimensions, reductions of one to 18 k-tiles, an odd
+# channel count (scalar stores, and an input gradient that takes im2col +
+# GEMM), groups, 1-D to 3-D, strides and dilations.
+IMPLICIT_CASES = {
+    "2d-3x3": dict(n=2, c=16, o=24, groups=1, spatial=(11, 13), kernel=(3, 3), strides=(1, 1),
+                   padding="SAME", rhs_dilation=(1, 1)),
+    "2d-s2-dil": dict(n=2, c=32, o=40, groups=1, spatial=(17, 15), kernel=(3, 2), strides=(2, 1),
+                      padding=((2, 0), (1, 3)), rhs_dilation=(2, 1)),
+    "1d-odd-o": dict(n=3, c=8, o=137, groups=1, spatial=(300,), kernel=(5,), strides=(1,),
+                     padding=((2, 2),), rhs_dilation=(1,)),
+    "3d": dict(n=1, c=16, o=16, groups=1, spatial=(5, 9, 7), kernel=(3, 3, 3), strides=(1, 1, 1),
+               padding="SAME", rhs_dilation=(1, 1, 1)),
+    "2d-grouped": dict(n=2, c=128, o=48, groups=2, spatial=(12, 11), kernel=(3, 3), strides=(1, 1),
+                       padding="SAME", rhs_dilation=(1, 1)),
+    "2d-tile-128x128": dict(n=1, c=8, o=72, groups=1, spatial=(190, 190), kernel=(3, 3),
+                            strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
+    "2d-tile-128x64": dict(n=1, c=8, o=40, groups=1, spatial=(190, 190), kernel=(3, 3),
+                           strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
+}
+
+
+def implicit_config(name, layout):
+  case = IMPLICIT_CASES[name]
+  nd, groups = len(case["spatial"]), case["groups"]
+  specs = layout_specs(layout, nd)
+  dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
+  return dict(lhs_shape=place(dn.lhs_spec, (case["n"], case["c"], *case["spatial"])),
+              rhs_shape=place(dn.rhs_spec, (case["o"], case["c"] // groups, *case["kernel"])),
+              kwargs=dict(window_strides=case["strides"], padding=case["padding"],
+                          rhs_dilation=case["rhs_dilation"], dimension_numbers=specs,
+                          feature_group_count=groups))
+
+
+def round_to_tf32(a):
+  """float32 to TF32 (10 mantissa bits), ties away from zero: cvt.rna.tf32.f32."""
+  bits = np.asarray(a, np.float32).view(np.uint32)
+  return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _implicit_spec(case, layout, dtype):
+  return types.SimpleNamespace(
+      groups=case["groups"], channels_last=layout == "cl",
+      precision=_conv_primitives.PRECISION_DEFAULT,
+      window=types.SimpleNamespace(kernel_size=int(np.prod(case["kernel"])), is_identity=False,
+                                   lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]))
+
+
+# The rounding of a half-type output.
+UNIT_ROUNDOFF = {np.dtype(jnp.bfloat16): 2.0 ** -8, np.dtype(np.float16): 2.0 ** -11}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16],
+                         ids=["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(IMPLICIT_CASES))
+def test_implicit_gemm_against_float64(platform, layout, dtype, name):
+  """The forward and the input gradient at DEFAULT precision against float64
+  on the operands the multiplier sees: float32 rounded to TF32 on the GPU
+  (exact float32 on the CPU), half types as they are. What is left is float32
+  accumulation, plus the output's rounding for half outputs."""
+  case, cfg = IMPLICIT_CASES[name], implicit_config(name, layout)
+  dtype = np.dtype(dtype)
+  spec = _implicit_spec(case, layout, dtype)
+  assert _conv_primitives._implicit(spec, dtype, case["c"], case["o"])
+  implicit_dx = _conv_primitives._implicit(spec, dtype, case["c"], case["o"], input_gradient=True)
+  kw = cfg["kwargs"]
+  x, w = operands(cfg, 5, dtype)
+  with on_platform(platform):
+    y32 = conv(x, w, preferred_element_type=np.float32, **kw)
+    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
+    ct = jnp.asarray(np.random.default_rng(6).standard_normal(y.shape), dtype)
+    (dx,) = vjp(ct)
+  tf32 = platform == "gpu" and dtype == np.float32
+  seen = (lambda a: round_to_tf32(a)) if tf32 else (lambda a: np.asarray(a, np.float32))
+
+  def reference(x, w, ct):
+    ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)
+    return ref, vjp_ref(ct)[0]
+
+  ref_y, ref_dx = on_cpu(reference, *(seen(a).astype(np.float64) for a in (x, w, ct)))
+  assert_close(y32, ref_y.astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
+  if dtype in UNIT_ROUNDOFF:
+    assert_close(y, ref_y.astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+  # Where im2col + GEMM computes a float32 input gradient on the GPU, cuBLAS's
+  # TF32 rounding is its own: test_random_vjp covers that path.
+  if implicit_dx or not tf32:
+    tol = UNIT_ROUNDOFF.get(dtype, 1e-5)
+    assert_close(dx, ref_dx.astype(np.float32), tol, dtype=dtype)
+
+
+def test_implicit_gemm_algorithm_choice():
+  """Which calls the CUDA lowering sends to the implicit GEMM (algorithm 2),
+  and its chunks of channels-first images under the workspace cap."""
+  x = jax.ShapeDtypeStruct((4, 64, 20, 20), jnp.float32)
+  w = jax.ShapeDtypeStruct((32, 64, 3, 3), jnp.float32)
+
+  def algorithms(precision=None, strides=(1, 1), dtype=jnp.float32, xc=64):
+    xs = jax.ShapeDtypeStruct((4, xc, 20, 20), dtype)
+    ws = jax.ShapeDtypeStruct((32, xc, 3, 3), dtype)
+    loss = lambda x, w: jnp.sum(conv(x, w, window_strides=strides, padding="SAME",
+                                     precision=precision) ** 2)
+    text = _cuda_text(jax.value_and_grad(loss, (0, 1)), xs, ws)
+    found = []
+    for target in ("forward", "backward_data", "backward_filter"):
+      calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
+      assert len(calls) == 1, calls
+      found.append(int(calls[0].split("algorithm = ")[1].split(" ")[0]))
+    return tuple(found)
+
+  assert algorithms() == (2, 2, 0)                          # TF32
+  assert algorithms(dtype=jnp.bfloat16) == (2, 2, 0)
+  assert algorithms(precision=HIGHEST) == (0, 0, 0)         # full float32: cuBLAS
+  assert algorithms(strides=(2, 2)) == (2, 0, 0)            # the input gradient has lhs dilation
+  assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
+  assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
+  # One image made channels-last at a time once the cap is below a batch.
+  loss = lambda x, w: conv(x, w, window_strides=(1, 1), padding="SAME")
+  assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 4
+  with jax_im2col.workspace_limit(64 * 400 * 4):
+    assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 1
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+def test_implicit_gemm_image_chunks(platform, dtype):
+  """Channels-first images made channels-last one or two at a time (the
+  last chunk partial) give the result of the whole batch at once."""
+  cfg = implicit_config("2d-3x3", "cf")
+  cfg["lhs_shape"] = (5, *cfg["lhs_shape"][1:])
+  x, w = operands(cfg, 8, dtype)
+  kw = cfg["kwargs"]
+  per_image = int(np.prod(x.shape[1:])) * np.dtype(dtype).itemsize
+  with on_platform(platform):
+    whole = jax.jit(lambda x, w: conv(x, w, **kw))(x, w)
+    for images in (1, 2):
+      with jax_im2col.workspace_limit(images * per_image):
+        assert_close(jax.jit(lambda x, w: conv(x, w, **kw))(x, w), whole, 1e-6)
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("padding", ["SAME", "SAME_LOWER", "VALID"])
 def test_string_paddings(platform, padding):

@@ -24,6 +24,8 @@
 #include "columns.h"
 #include "direct_conv.h"
 #include "handlers.h"
+#include "implicit_gemm.h"
+#include "relayout.h"
 
 namespace im2col::cuda {
 namespace {
@@ -149,9 +151,11 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 
 // --- shapes ----------------------------------------------------------------
 
-// algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h); for
-// the direct filter gradient, chunk_positions is the output rows per slice
-// (FilterSlices).
+// algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h), 2 the
+// implicit GEMM (implicit_gemm.h, forward and input gradient); for the direct
+// filter gradient, chunk_positions is the output rows per slice
+// (FilterSlices); for the implicit GEMM, chunk_images is the images made
+// channels-last at once.
 struct ConvAttrs {
   WindowAttrs window;
   bool channels_last;
@@ -191,6 +195,8 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
+  if (a.algorithm < 0 || a.algorithm > 2)
+    return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == 0 && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
     return ffi::Error::InvalidArgument("conv: invalid chunking");
@@ -282,6 +288,99 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
   return Operand{p, ld, sn, sg, ffi::ByteWidth(t), cuda_type(t)};
 }
 
+// --- implicit GEMM -------------------------------------------------------------
+
+constexpr int64_t kAlgorithmImplicit = 2;
+
+// out = conv(image, rows) on geometry g, where `rows` is the filter in the
+// kernel's layout. A channels-first image is made channels-last a chunk of
+// images at a time in the workspace; the kernel writes either layout.
+ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void* out,
+                        int64_t c_out, const Geometry& g, const ConvShapes& s, const ConvAttrs& a,
+                        DataType in, DataType out_type, char* chunk, cudaStream_t stream) {
+  const int64_t N = s.image.n;
+  if (s.cl)
+    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, s.G, true}, g, in, out_type,
+                                    stream),
+                      "implicit GEMM");
+  const size_t e = ffi::ByteWidth(in), eo = ffi::ByteWidth(out_type);
+  for (int64_t n0 = 0; n0 < N; n0 += a.chunk_images) {
+    const int64_t nc = std::min(a.chunk_images, N - n0);
+    if (auto err = cuda_error(image_to_channels_last(static_cast<const char*>(image) +
+                                                         n0 * c_in * g.in_size * e,
+                                                     chunk, e, nc, c_in, g.in_size, stream),
+                              "channels-last copy");
+        err.failure())
+      return err;
+    void* part = static_cast<char*>(out) + n0 * c_out * g.out_size * eo;
+    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, s.G, false}, g, in,
+                                            out_type, stream),
+                              "implicit GEMM");
+        err.failure())
+      return err;
+  }
+  return ffi::Error::Success();
+}
+
+ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, size_t filter_bytes,
+                                          size_t image_bytes, ImplicitWorkspace* plan) {
+  *plan = implicit_workspace(filter_bytes, image_bytes);
+  if (ws.size_bytes() < plan->total)
+    return ffi::Unexpected<ffi::Error>(
+        ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs"));
+  return static_cast<char*>(ws.untyped_data());
+}
+
+ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                            ffi::AnyBuffer& y, const ffi::AnyBuffer& workspace, const ConvShapes& s,
+                            const ConvAttrs& a) {
+  const DataType in = x.element_type();
+  if (!implicit_applies(in, a.precision == 0, s.g, s.Cg, s.G))
+    return ffi::Error::InvalidArgument("conv_forward: the implicit GEMM does not apply");
+  const size_t e = ffi::ByteWidth(in);
+  ImplicitWorkspace plan;
+  auto ws = implicit_workspace_of(workspace, s.cl ? 0 : s.O * s.CgK * e,
+                                  s.cl ? 0 : a.chunk_images * s.image.c * s.g.in_size * e, &plan);
+  if (ws.has_error()) return ws.error();
+  const void* rows = w.untyped_data();
+  if (!s.cl) {  // (O, Cg, K) -> (O, K, Cg)
+    rows = *ws + plan.filter;
+    if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, false, s.G,
+                                              s.Og, s.Cg, s.g.kernel_size, false, stream),
+                              "filter layout");
+        err.failure())
+      return err;
+  }
+  return implicit_run(x.untyped_data(), s.image.c, rows, y.untyped_data(), s.O, s.g, s, a, in,
+                      y.element_type(), *ws + plan.image, stream);
+}
+
+// The input gradient as a forward convolution of dy on the transposed
+// geometry (stride 1 only, so that it has no lhs dilation), with the filter
+// flipped and transposed per group.
+ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
+                                  const ffi::AnyBuffer& w, ffi::AnyBuffer& dx,
+                                  const ffi::AnyBuffer& workspace, const ConvShapes& s,
+                                  const ConvAttrs& a) {
+  const DataType in = dy.element_type();
+  Geometry t;
+  if (!transposed_geometry(s.g, &t) || t.any_lhs_dilation ||
+      !implicit_applies(in, a.precision == 0, t, s.Og, s.G))
+    return ffi::Error::InvalidArgument("conv_backward_data: the implicit GEMM does not apply");
+  const size_t e = ffi::ByteWidth(in);
+  ImplicitWorkspace plan;
+  auto ws = implicit_workspace_of(workspace, s.O * s.CgK * e,
+                                  s.cl ? 0 : a.chunk_images * s.O * t.in_size * e, &plan);
+  if (ws.has_error()) return ws.error();
+  if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G, s.Og,
+                                            s.Cg, s.g.kernel_size, true, stream),
+                            "filter layout");
+      err.failure())
+    return err;
+  return implicit_run(dy.untyped_data(), s.O, *ws + plan.filter, dx.untyped_data(), s.image.c, t,
+                      s, a, in, dx.element_type(), *ws + plan.image, stream);
+}
+
 // --- handlers ----------------------------------------------------------------
 
 ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
@@ -294,6 +393,7 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
+  if (a.algorithm == kAlgorithmImplicit) return implicit_forward(stream, x, w, *y, *workspace, s, a);
   if (a.algorithm == 1)
     return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
                                      out, s.g, direct_shapes(s), stream),
@@ -353,6 +453,8 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
+  if (a.algorithm == kAlgorithmImplicit)
+    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a);
   if (a.algorithm == 1)
     return cuda_error(direct_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(),
                                            in, s.g, direct_shapes(s), stream),
@@ -408,6 +510,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const DataType in = x.element_type(), out = dw->element_type();
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
+  if (a.algorithm == kAlgorithmImplicit)
+    return ffi::Error::InvalidArgument("conv_backward_filter: no implicit GEMM");
   if (a.algorithm == 1) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))

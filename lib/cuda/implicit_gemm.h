@@ -1,0 +1,41 @@
+// Convolution as an implicit GEMM on tensor cores (implicit_gemm.cu): the
+// im2col columns are never written; each block gathers its tile of them from
+// the channels-last image straight into shared memory (cp.async, zeros for
+// padding) and multiplies it with the filter rows by mma.sync. Half types
+// multiply in their own precision, float32 as TF32 (XLA's DEFAULT); all
+// accumulate in float32.
+//
+// The GEMM, per group g:  y[m, o] = sum_kk x_cols[m, kk] * w[g * Og + o, kk]
+//   m  = (image, output position)     kk = (tap, input channel of the group)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../geometry.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace im2col::cuda {
+
+struct ImplicitConv {
+  const void* x;  // channels-last image (n, *in, c)
+  const void* w;  // filter rows (groups * og, K, c / groups), contiguous
+  void* y;        // (n, *out, o) when y_channels_last, else (n, o, *out)
+  int64_t n, c, o, groups;
+  bool y_channels_last;
+};
+
+// Whether implicit_conv takes a convolution of this geometry whose input
+// image has `cg` channels per group: float16 / bfloat16, or float32 as TF32;
+// channel runs of whole 16-byte vectors; no lhs dilation; at most 65535
+// groups. Mirrored by _implicit() in jax_im2col/_conv_primitives.py.
+bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
+                      int64_t groups);
+
+// y = conv(p.x, p.w) for x of type `in` and y of type `out` (`in`, or float32
+// for half inputs).
+cudaError_t implicit_conv(const ImplicitConv& p, const Geometry& g, xla::ffi::DataType in,
+                          xla::ffi::DataType out, cudaStream_t stream);
+
+}  // namespace im2col::cuda

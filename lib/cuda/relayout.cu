@@ -1,0 +1,99 @@
+#include "relayout.h"
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device_util.cuh"
+
+namespace im2col::cuda {
+namespace {
+
+constexpr int kTile = 32;
+constexpr int kRowsPerPass = 8;  // blocks of kTile x kRowsPerPass threads
+
+// One 32 x 32 tile of (channel, position) per block and image, through shared
+// memory so that both the read (along positions) and the write (along
+// channels) are coalesced.
+template <typename T>
+__global__ void to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size) {
+  __shared__ T tile[kTile][kTile + 1];
+  const int32_t s0 = blockIdx.x * kTile, c0 = blockIdx.y * kTile;
+  for (int64_t image = blockIdx.z; image < n; image += gridDim.z) {
+    const T* src = x + image * c * size;
+    T* dst = out + image * c * size;
+    for (int j = threadIdx.y; j < kTile; j += kRowsPerPass) {
+      const int32_t ch = c0 + j, s = s0 + threadIdx.x;
+      if (ch < c && s < size) tile[j][threadIdx.x] = src[static_cast<int64_t>(ch) * size + s];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < kTile; j += kRowsPerPass) {
+      const int32_t s = s0 + j, ch = c0 + threadIdx.x;
+      if (s < size && ch < c) dst[static_cast<int64_t>(s) * c + ch] = tile[threadIdx.x][j];
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDiv inner,
+                                       FastDiv taps, FastDiv rows, int32_t og, int32_t cg,
+                                       bool w_cl, bool input_gradient) {
+  const int32_t K = static_cast<int32_t>(taps.d);
+  for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    int32_t t, s, k, r, g;
+    inner.divmod(e, t, s);
+    taps.divmod(t, t, k);
+    rows.divmod(t, g, r);
+    const int32_t o = input_gradient ? s : r, ch = input_gradient ? r : s;
+    const int32_t kk = input_gradient ? K - 1 - k : k;
+    const int64_t row = static_cast<int64_t>(g) * og + o;
+    out[e] = w[row * cg * K + (w_cl ? kk * cg + ch : ch * K + kk)];
+  }
+}
+
+template <typename Fn>
+cudaError_t with_bytes(size_t elem_bytes, Fn&& fn) {
+  switch (elem_bytes) {
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
+                                   int64_t c, int64_t size, cudaStream_t stream) {
+  if (n == 0 || c == 0 || size == 0) return cudaSuccess;
+  const int64_t tiles_s = (size + kTile - 1) / kTile, tiles_c = (c + kTile - 1) / kTile;
+  if (size >= (int64_t{1} << 31) || tiles_c > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(tiles_s), static_cast<unsigned>(tiles_c),
+                  static_cast<unsigned>(n < 65535 ? n : 65535));
+  return with_bytes(elem_bytes, [&](auto tag) {
+    using T = decltype(tag);
+    to_channels_last_kernel<T><<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(out), n, static_cast<int32_t>(c),
+        static_cast<int32_t>(size));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
+                            int64_t groups, int64_t og, int64_t cg, int64_t taps,
+                            bool input_gradient, cudaStream_t stream) {
+  const int64_t total = groups * og * cg * taps;
+  if (total == 0) return cudaSuccess;
+  if (total >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
+  return with_bytes(elem_bytes, [&](auto tag) {
+    using T = decltype(tag);
+    implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+        static_cast<const T*>(w), static_cast<T*>(out), static_cast<int32_t>(total),
+        FastDiv(inner), FastDiv(taps), FastDiv(rows), static_cast<int32_t>(og),
+        static_cast<int32_t>(cg), w_channels_last, input_gradient);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace im2col::cuda
