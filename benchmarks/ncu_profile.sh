@@ -3,10 +3,11 @@
 # that a benchmarks/profile_*.py script runs (clock control off: the card's
 # clocks are left alone). Writes $OUT/ncu.txt and prints its key lines.
 #
-#   bash benchmarks/ncu_profile.sh [columns|depthwise|grouped]
+#   bash benchmarks/ncu_profile.sh [columns|depthwise|grouped|implicit]
 #     columns:   unfold / fold (benchmarks/profile_columns.py), the default
 #     depthwise: the direct depthwise kernels (benchmarks/profile_depthwise.py)
 #     grouped:   the direct grouped kernels (benchmarks/profile_grouped.py)
+#     implicit:  the implicit GEMM and its layout kernels (benchmarks/profile_implicit.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -15,6 +16,7 @@ case "${1:-columns}" in
   columns) script=benchmarks/profile_columns.py; kernels="(unfold|fold)_c[fl]" ;;
   depthwise) script=benchmarks/profile_depthwise.py; kernels="(depthwise|filter)_" ;;
   grouped) script=benchmarks/profile_grouped.py; kernels="(grouped|filter_|forward_kernel|backward_data_kernel)" ;;
+  implicit) script=benchmarks/profile_implicit.py; kernels="(implicit_|to_channels_last)" ;;
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
