@@ -27,10 +27,8 @@
 namespace im2col::cuda {
 namespace {
 
-constexpr int kBlockThreads = 256;
 constexpr int kRowBytes = 128;
 constexpr int kChunks = kRowBytes / 16;
-constexpr int kRowsPerPass = kBlockThreads / kChunks;  // rows one pass of copies covers
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -127,16 +125,21 @@ constexpr int shared_bytes() {
   return STAGES * (BM + BN) * kRowBytes + BM * (sizeof(int4) + sizeof(int2));
 }
 
-template <typename T, typename TY, int BM, int BN, int WARPS_M, int STAGES>
-__global__ void __launch_bounds__(kBlockThreads, 2)
+// A block of WARPS_M x WARPS_N warps; MIN_BLOCKS per multiprocessor bounds
+// the registers.
+template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
+          int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, MIN_BLOCKS)
 implicit_conv_kernel(const Params p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // cp.async, ldmatrix, mma.sync
-  constexpr int WARPS_N = kBlockThreads / 32 / WARPS_M;
+  constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  constexpr int ROWS_PER_PASS = THREADS / kChunks;  // rows one pass of copies covers
   constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // a warp's tile
   constexpr int MT = WTM / 16, NT = WTN / 8;              // its mma tiles
   constexpr int VEC = 16 / sizeof(T);
   constexpr int BKE = kRowBytes / sizeof(T);              // elements per k-tile
-  static_assert(NT % 2 == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0, "tile shape");
+  static_assert(NT % 2 == 0 && BM % ROWS_PER_PASS == 0 && BN % ROWS_PER_PASS == 0 &&
+                ROWS_PER_PASS % 8 == 0, "tile shape");
 
   extern __shared__ __align__(128) uint4 smem[];
   uint4* a_tiles = smem;                                 // [STAGES][BM][kChunks]
@@ -150,7 +153,7 @@ implicit_conv_kernel(const Params p) {
 
   // Each row's window origin (o * stride - pad per dimension) and image.
   // Rows past the end repeat the last position: valid reads, never stored.
-  for (int r = tid; r < BM; r += kBlockThreads) {
+  for (int r = tid; r < BM; r += THREADS) {
     const int64_t m = m0 + r < p.m_total ? m0 + r : p.m_total - 1;
     const int64_t image = m / p.L;
     const int32_t l = static_cast<int32_t>(m - image * p.L);
@@ -163,7 +166,7 @@ implicit_conv_kernel(const Params p) {
   }
   __syncthreads();
 
-  // The copies of one thread: chunk `chunk` of rows row0 + kRowsPerPass * i.
+  // The copies of one thread: chunk `chunk` of rows row0 + ROWS_PER_PASS * i.
   const int chunk = tid % kChunks, row0 = tid / kChunks;
   const int stored_chunk = chunk ^ (row0 % 8);  // the same for every row it copies
   const T* x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg;
@@ -180,8 +183,8 @@ implicit_conv_kernel(const Params p) {
     const int32_t dd = kd * p.dilation[0], dh = kh * p.dilation[1], dw = kw * p.dilation[2];
     uint4* a = a_tiles + stage * BM * kChunks;
 #pragma unroll
-    for (int i = 0; i < BM / kRowsPerPass; ++i) {
-      const int r = row0 + kRowsPerPass * i;
+    for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+      const int r = row0 + ROWS_PER_PASS * i;
       const int4 o = origins[r];
       const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
       const bool valid = k_valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
@@ -196,8 +199,8 @@ implicit_conv_kernel(const Params p) {
     }
     uint4* b = b_tiles + stage * BN * kChunks;
 #pragma unroll
-    for (int i = 0; i < BN / kRowsPerPass; ++i) {
-      const int r = row0 + kRowsPerPass * i;
+    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
+      const int r = row0 + ROWS_PER_PASS * i;
       const bool valid = k_valid && n0 + r < p.Og;
       copy_async(shared_address(b + r * kChunks + stored_chunk),
                  valid ? static_cast<const void*>(w + static_cast<int64_t>(n0 + r) * p.Kg + kk) : p.w,
@@ -311,17 +314,18 @@ implicit_conv_kernel(const Params p) {
 }
 
 // Tile shapes: BM x BN with the warps' arrangement and the depth of the ring.
-template <typename T, typename TY, int BM, int BN, int WARPS_M, int STAGES>
+template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
+          int MIN_BLOCKS>
 cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
   constexpr int bytes = shared_bytes<BM, BN, STAGES>();
-  auto kernel = implicit_conv_kernel<T, TY, BM, BN, WARPS_M, STAGES>;
+  auto kernel = implicit_conv_kernel<T, TY, BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS>;
   // Per device and cheap; no stream work, so it is safe under graph capture.
   if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess)
     return e;
   const dim3 grid(static_cast<unsigned>((p.m_total + BM - 1) / BM),
                   static_cast<unsigned>((p.Og + BN - 1) / BN), static_cast<unsigned>(groups));
-  kernel<<<grid, kBlockThreads, bytes, stream>>>(p);
+  kernel<<<grid, 32 * WARPS_M * WARPS_N, bytes, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -348,9 +352,12 @@ cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
   auto blocks = [&](int64_t bm, int64_t bn) {
     return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
   };
-  if (p.Og > 64 && blocks(128, 128) >= want) return launch<T, TY, 128, 128, 2, 3>(p, groups, stream);
-  if (blocks(128, 64) >= want) return launch<T, TY, 128, 64, 4, 4>(p, groups, stream);
-  return launch<T, TY, 64, 64, 2, 4>(p, groups, stream);
+  // Warp tiles of 64 x 64 (32 x 32 for the smallest) keep ldmatrix traffic
+  // below what the shared memory delivers: 2 mma per 16 bytes read.
+  if (p.Og > 64 && blocks(128, 128) >= want)
+    return launch<T, TY, 128, 128, 2, 2, 3, 2>(p, groups, stream);
+  if (blocks(128, 64) >= want) return launch<T, TY, 128, 64, 2, 2, 3, 3>(p, groups, stream);
+  return launch<T, TY, 64, 64, 2, 2, 4, 3>(p, groups, stream);
 }
 
 }  // namespace
