@@ -318,17 +318,52 @@ def _implicit(spec, dtype, c, o, *, input_gradient=False):
           and max(c, o) < _INT32_LIMIT)
 
 
-def _implicit_call(target, ctx, a, b, spec, *, image_aval, filter_bytes):
-  """image_aval: the image the kernel reads; channels-first ones are made
-  channels-last in chunks of images under the workspace cap."""
+@functools.lru_cache(maxsize=None)
+def _multiprocessors():
+  """Multiprocessors of the first CUDA device (an H100's 132 with none)."""
+  try:
+    return int(getattr(jax.devices("cuda")[0], "core_count", 132))
+  except RuntimeError:
+    return 132
+
+
+def implicit_splits(*, m, og, o, groups, reduction_bytes, limit):
+  """Parts of the implicit GEMM's reduction (ImplicitConv::splits): where its
+  128 x 64 tiles of the m x og outputs per group give fewer than two blocks
+  per multiprocessor and the reduction spans at least 16 k-tiles of 128
+  bytes, enough parts to fill the GPU, each at least 8 k-tiles, their float32
+  partial sums under the workspace cap."""
+  want = 2 * _multiprocessors()
+  blocks = -(-m // 128) * -(-og // 64) * groups
+  k_tiles = -(-reduction_bytes // 128)
+  if blocks >= want or k_tiles < 16:
+    return 1
+  splits = min(8, -(-want // blocks), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
+  while splits > 1 and splits * m * o * 4 > limit:
+    splits -= 1
+  return max(1, splits)
+
+
+def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_bytes):
+  """image_aval / out_aval: the image the kernel reads and the one it writes;
+  channels-first input is made channels-last in chunks of images under the
+  workspace cap."""
+  cl = spec.channels_last
   item = np.dtype(image_aval.dtype).itemsize
-  images, image_bytes = 1, 0
-  if not spec.channels_last and image_aval.shape[0] > 0:
+  n = image_aval.shape[0]
+  images, image_bytes = max(1, n), 0
+  if not cl and n > 0:
     per_image = int(np.prod(image_aval.shape[1:], dtype=np.int64)) * item
-    images = max(1, min(image_aval.shape[0], spec.workspace_limit // max(1, per_image)))
+    images = max(1, min(n, spec.workspace_limit // max(1, per_image)))
     image_bytes = images * per_image
-  return _cuda_call(target, ctx, a, b, spec, images=images, positions=1,
-                    workspace_bytes=max(1, align(filter_bytes) + align(image_bytes)),
+  c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
+  m = images * int(np.prod(_unfold.image_spatial(out_aval.shape, cl), dtype=np.int64))
+  splits = implicit_splits(m=m, og=o // spec.groups, o=o, groups=spec.groups,
+                           reduction_bytes=c_in // spec.groups * spec.window.kernel_size * item,
+                           limit=spec.workspace_limit)
+  partials = splits * m * o * 4 if splits > 1 else 0
+  return _cuda_call(target, ctx, a, b, spec, images=images, positions=splits,
+                    workspace_bytes=max(1, align(filter_bytes) + align(image_bytes) + align(partials)),
                     algorithm=ALGORITHM_IMPLICIT)
 
 
@@ -367,7 +402,7 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   if _implicit(spec, xa.dtype, c, o):
     wa = ctx.avals_in[1]
     filter_bytes = 0 if spec.channels_last else wa.size * np.dtype(wa.dtype).itemsize
-    return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa,
+    return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
                           filter_bytes=filter_bytes)
   item = np.dtype(xa.dtype).itemsize
   plan = _plan(ctx, spec, xa, ya, columns=0 if spec.window.is_identity else item,
@@ -383,7 +418,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   if _implicit(spec, dya.dtype, c, o, input_gradient=True):
     wa = ctx.avals_in[1]
-    return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
+    return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya, out_aval=dxa,
                           filter_bytes=wa.size * np.dtype(wa.dtype).itemsize)
   dtype = np.dtype(dya.dtype)
   cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32

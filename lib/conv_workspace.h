@@ -44,16 +44,18 @@ inline ConvWorkspace conv_workspace(size_t cols_elems, size_t cols_bytes_per_ele
 }
 
 // Workspace of the implicit GEMM (algorithm 2): the filter in the kernel's row
-// layout, then one chunk of the input image made channels-last; either part
-// is 0 bytes where the call needs none.
+// layout, one chunk of the input image made channels-last, and the partial
+// sums of a split reduction; each part is 0 bytes where the call needs none.
 struct ImplicitWorkspace {
-  size_t filter = 0, image = 0, total = 0;  // offsets
+  size_t filter = 0, image = 0, partials = 0, total = 0;  // offsets
 };
 
-inline ImplicitWorkspace implicit_workspace(size_t filter_bytes, size_t image_bytes) {
+inline ImplicitWorkspace implicit_workspace(size_t filter_bytes, size_t image_bytes,
+                                            size_t partials_bytes) {
   ImplicitWorkspace w;
   w.image = align_up(filter_bytes);
-  w.total = w.image + align_up(image_bytes);
+  w.partials = w.image + align_up(image_bytes);
+  w.total = w.partials + align_up(partials_bytes);
   return w;
 }
 

@@ -394,10 +394,10 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
 
 # Convolutions the implicit GEMM takes on the GPU (channels per group in whole
 # 16-byte vectors): on a 132-multiprocessor GPU each of its three tile shapes
-# (the two 190 x 190 cases take 128 x 128 and 128 x 64, the rest 64 x 64),
-# partial tiles in both dimensions, reductions of one to 18 k-tiles, an odd
-# channel count (scalar stores, and an input gradient that takes im2col +
-# GEMM), groups, 1-D to 3-D, strides and dilations.
+# (the two 190 x 190 cases take 128 x 128 and 128 x 64, the rest 64 x 64) and
+# split reductions, partial tiles in both dimensions, reductions of one to 72
+# k-tiles, an odd channel count (scalar stores, and an input gradient that
+# takes im2col + GEMM), groups, 1-D to 3-D, strides and dilations.
 IMPLICIT_CASES = {
     "2d-3x3": dict(n=2, c=16, o=24, groups=1, spatial=(11, 13), kernel=(3, 3), strides=(1, 1),
                    padding="SAME", rhs_dilation=(1, 1)),
@@ -413,6 +413,10 @@ IMPLICIT_CASES = {
                             strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
     "2d-tile-128x64": dict(n=1, c=8, o=40, groups=1, spatial=(190, 190), kernel=(3, 3),
                            strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
+    # Few outputs, a long reduction: split into parts (8 in float32, 4 in half
+    # types; the float32 input gradient into 2).
+    "2d-split-k": dict(n=2, c=256, o=72, groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1),
+                       padding="SAME", rhs_dilation=(1, 1)),
 }
 
 
@@ -516,6 +520,14 @@ def test_implicit_gemm_algorithm_choice():
   assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 4
   with jax_im2col.workspace_limit(64 * 400 * 4):
     assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 1
+  # A split reduction (chunk_positions) where the outputs are few.
+  xs = jax.ShapeDtypeStruct((2, 256, 7, 7), jnp.float32)
+  ws = jax.ShapeDtypeStruct((72, 256, 3, 3), jnp.float32)
+  text = _cuda_text(jax.value_and_grad(lambda x, w: jnp.sum(loss(x, w) ** 2), (0, 1)), xs, ws)
+  assert _chunk_attrs(text, "jax_im2col_conv_forward") == (2, 8)
+  assert _chunk_attrs(text, "jax_im2col_conv_backward_data") == (2, 2)
+  assert _conv_primitives.implicit_splits(m=98, og=72, o=72, groups=1, reduction_bytes=9216,
+                                          limit=8 * 98 * 72 * 4 - 1) == 7  # under the cap
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

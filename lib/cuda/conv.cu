@@ -155,7 +155,8 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // implicit GEMM (implicit_gemm.h, forward and input gradient); for the direct
 // filter gradient, chunk_positions is the output rows per slice
 // (FilterSlices); for the implicit GEMM, chunk_images is the images made
-// channels-last at once.
+// channels-last at once and chunk_positions the parts its reduction is split
+// into (ImplicitConv::splits).
 struct ConvAttrs {
   WindowAttrs window;
   bool channels_last;
@@ -297,11 +298,12 @@ constexpr int64_t kAlgorithmImplicit = 2;
 // images at a time in the workspace; the kernel writes either layout.
 ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void* out,
                         int64_t c_out, const Geometry& g, const ConvShapes& s, const ConvAttrs& a,
-                        DataType in, DataType out_type, char* chunk, cudaStream_t stream) {
-  const int64_t N = s.image.n;
+                        DataType in, DataType out_type, char* chunk, float* partials,
+                        cudaStream_t stream) {
+  const int64_t N = s.image.n, splits = a.chunk_positions;
   if (s.cl)
-    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, s.G, true}, g, in, out_type,
-                                    stream),
+    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, s.G, true, splits, partials},
+                                    g, in, out_type, stream),
                       "implicit GEMM");
   const size_t e = ffi::ByteWidth(in), eo = ffi::ByteWidth(out_type);
   for (int64_t n0 = 0; n0 < N; n0 += a.chunk_images) {
@@ -313,8 +315,9 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void*
         err.failure())
       return err;
     void* part = static_cast<char*>(out) + n0 * c_out * g.out_size * eo;
-    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, s.G, false}, g, in,
-                                            out_type, stream),
+    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, s.G, false, splits,
+                                             partials},
+                                            g, in, out_type, stream),
                               "implicit GEMM");
         err.failure())
       return err;
@@ -322,9 +325,17 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void*
   return ffi::Error::Success();
 }
 
-ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, size_t filter_bytes,
-                                          size_t image_bytes, ImplicitWorkspace* plan) {
-  *plan = implicit_workspace(filter_bytes, image_bytes);
+// image_channels, out_channels, out_size: those of the implicit GEMM's
+// geometry (the input gradient's are the transposed ones).
+ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, const ConvShapes& s,
+                                          const ConvAttrs& a, size_t filter_bytes,
+                                          int64_t image_elements, size_t elem_bytes,
+                                          int64_t out_channels, int64_t out_size,
+                                          ImplicitWorkspace* plan) {
+  const int64_t images = s.cl ? s.image.n : std::min(a.chunk_images, s.image.n);
+  *plan = implicit_workspace(
+      filter_bytes, s.cl ? 0 : a.chunk_images * image_elements * elem_bytes,
+      implicit_partials_bytes(a.chunk_positions, images, out_size, out_channels));
   if (ws.size_bytes() < plan->total)
     return ffi::Unexpected<ffi::Error>(
         ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs"));
@@ -339,8 +350,8 @@ ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const 
     return ffi::Error::InvalidArgument("conv_forward: the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
   ImplicitWorkspace plan;
-  auto ws = implicit_workspace_of(workspace, s.cl ? 0 : s.O * s.CgK * e,
-                                  s.cl ? 0 : a.chunk_images * s.image.c * s.g.in_size * e, &plan);
+  auto ws = implicit_workspace_of(workspace, s, a, s.cl ? 0 : s.O * s.CgK * e,
+                                  s.image.c * s.g.in_size, e, s.O, s.g.out_size, &plan);
   if (ws.has_error()) return ws.error();
   const void* rows = w.untyped_data();
   if (!s.cl) {  // (O, Cg, K) -> (O, K, Cg)
@@ -352,7 +363,8 @@ ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const 
       return err;
   }
   return implicit_run(x.untyped_data(), s.image.c, rows, y.untyped_data(), s.O, s.g, s, a, in,
-                      y.element_type(), *ws + plan.image, stream);
+                      y.element_type(), *ws + plan.image,
+                      reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
 // The input gradient as a forward convolution of dy on the transposed
@@ -369,8 +381,8 @@ ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
     return ffi::Error::InvalidArgument("conv_backward_data: the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
   ImplicitWorkspace plan;
-  auto ws = implicit_workspace_of(workspace, s.O * s.CgK * e,
-                                  s.cl ? 0 : a.chunk_images * s.O * t.in_size * e, &plan);
+  auto ws = implicit_workspace_of(workspace, s, a, s.O * s.CgK * e, s.O * t.in_size, e,
+                                  s.image.c, t.out_size, &plan);
   if (ws.has_error()) return ws.error();
   if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G, s.Og,
                                             s.Cg, s.g.kernel_size, true, stream),
@@ -378,7 +390,8 @@ ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
       err.failure())
     return err;
   return implicit_run(dy.untyped_data(), s.O, *ws + plan.filter, dx.untyped_data(), s.image.c, t,
-                      s, a, in, dx.element_type(), *ws + plan.image, stream);
+                      s, a, in, dx.element_type(), *ws + plan.image,
+                      reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
 // --- handlers ----------------------------------------------------------------

@@ -118,6 +118,8 @@ struct Params {
   FastDiv cg_div;             // kk -> (tap, channel)
   int32_t C, Cg, O, Og, Kg;   // Kg = taps * Cg, the reduction length
   bool y_cl, y_pairs;
+  int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
+  float* partials;  // where the parts go when splits > 1
 };
 
 template <int BM, int BN, int STAGES>
@@ -149,7 +151,7 @@ implicit_conv_kernel(const Params p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
-  const int32_t n0 = blockIdx.y * BN, group = blockIdx.z;
+  const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
 
   // Each row's window origin (o * stride - pad per dimension) and image.
   // Rows past the end repeat the last position: valid reads, never stored.
@@ -171,10 +173,12 @@ implicit_conv_kernel(const Params p) {
   const int stored_chunk = chunk ^ (row0 % 8);  // the same for every row it copies
   const T* x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg;
   const T* w = reinterpret_cast<const T*>(p.w) + static_cast<int64_t>(group) * p.Og * p.Kg;
-  const int k_tiles = (p.Kg + BKE - 1) / BKE;
+  const int all_tiles = (p.Kg + BKE - 1) / BKE, per_split = (all_tiles + p.splits - 1) / p.splits;
+  const int k_begin = split * per_split;
+  const int k_tiles = max(0, min(all_tiles, k_begin + per_split) - k_begin);
 
   auto load_tile = [&](int stage, int kt) {
-    const int32_t kk = kt * BKE + chunk * VEC;
+    const int32_t kk = (k_begin + kt) * BKE + chunk * VEC;
     const bool k_valid = kk < p.Kg;
     int32_t tap, ch, rest, kd, kh, kw;
     p.cg_div.divmod(kk, tap, ch);
@@ -285,7 +289,15 @@ implicit_conv_kernel(const Params p) {
       const int r = warp_m * WTM + i * 16 + h * 8 + (lane >> 2);
       if (m0 + r >= p.m_total) continue;
       const int2 at = positions[r];
-      if (p.y_cl) {
+      if (p.splits > 1) {
+        float* row = p.partials + (split * p.m_total + m0 + r) * p.O + channel0;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int32_t col = n0 + warp_n * WTN + j * 8 + 2 * (lane & 3);
+          if (col < p.Og) row[col] = acc[i][j][2 * h];
+          if (col + 1 < p.Og) row[col + 1] = acc[i][j][2 * h + 1];
+        }
+      } else if (p.y_cl) {
         TY* row = y + (m0 + r) * p.O + channel0;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -313,6 +325,28 @@ implicit_conv_kernel(const Params p) {
 #endif
 }
 
+// y = the sum of the parts in order, written in y's layout and type.
+template <typename TY>
+__global__ void sum_parts_kernel(const float* partials, TY* y, int64_t m_total, int32_t O,
+                                 int32_t L, int32_t splits, bool y_cl) {
+  const int64_t total = m_total * O;
+  for (int64_t e = grid_start(); e < total; e += grid_step()) {
+    int64_t m, c;
+    if (y_cl) {
+      m = e / O;
+      c = e - m * O;
+    } else {
+      const int64_t image = e / (static_cast<int64_t>(O) * L);
+      const int64_t rest = e - image * O * L;
+      c = rest / L;
+      m = image * L + (rest - c * L);
+    }
+    float sum = 0.f;
+    for (int32_t s = 0; s < splits; ++s) sum += partials[(s * m_total + m) * O + c];
+    y[e] = store_value<TY>(sum);
+  }
+}
+
 // Tile shapes: BM x BN with the warps' arrangement and the depth of the ring.
 template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
           int MIN_BLOCKS>
@@ -324,8 +358,12 @@ cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
       e != cudaSuccess)
     return e;
   const dim3 grid(static_cast<unsigned>((p.m_total + BM - 1) / BM),
-                  static_cast<unsigned>((p.Og + BN - 1) / BN), static_cast<unsigned>(groups));
+                  static_cast<unsigned>((p.Og + BN - 1) / BN),
+                  static_cast<unsigned>(groups * p.splits));
   kernel<<<grid, 32 * WARPS_M * WARPS_N, bytes, stream>>>(p);
+  if (auto e = cudaGetLastError(); e != cudaSuccess || p.splits == 1) return e;
+  sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(
+      p.partials, static_cast<TY*>(p.y), p.m_total, p.O, p.L, p.splits, p.y_cl);
   return cudaGetLastError();
 }
 
@@ -352,6 +390,7 @@ cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
   auto blocks = [&](int64_t bm, int64_t bn) {
     return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
   };
+  if (p.splits > 1) return launch<T, TY, 128, 64, 2, 2, 3, 3>(p, groups, stream);
   // Warp tiles of 64 x 64 (32 x 32 for the smallest) keep ldmatrix traffic
   // below what the shared memory delivers: 2 mma per 16 bytes read.
   if (p.Og > 64 && blocks(128, 128) >= want)
@@ -411,6 +450,10 @@ cudaError_t implicit_conv(const ImplicitConv& c, const Geometry& g, xla::ffi::Da
   p.Kg = static_cast<int32_t>(cg * g.kernel_size);
   p.y_cl = c.y_channels_last;
   p.y_pairs = c.o % 2 == 0 && og % 2 == 0;
+  p.splits = static_cast<int32_t>(c.splits);
+  p.partials = c.partials;
+  if (c.splits < 1 || c.groups * c.splits > 65535 || (c.splits > 1 && c.partials == nullptr))
+    return cudaErrorInvalidValue;
   switch (in) {
     case DataType::F32: return launch_for<float, float>(p, c.groups, stream);
     case DataType::BF16:

@@ -24,7 +24,18 @@ struct ImplicitConv {
   void* y;        // (n, *out, o) when y_channels_last, else (n, o, *out)
   int64_t n, c, o, groups;
   bool y_channels_last;
+  // With splits > 1, each block sums one of `splits` parts of the reduction
+  // into `partials` (float32, splits x n * L x o), and a second kernel adds
+  // the parts in order: more blocks where n * L is small and the reduction
+  // long, and the same result on every run.
+  int64_t splits = 1;
+  float* partials = nullptr;
 };
+
+// Bytes of `partials` for a call.
+inline size_t implicit_partials_bytes(int64_t splits, int64_t n, int64_t out_size, int64_t o) {
+  return splits > 1 ? static_cast<size_t>(splits * n * out_size * o) * sizeof(float) : 0;
+}
 
 // Whether implicit_conv takes a convolution of this geometry whose input
 // image has `cg` channels per group: float16 / bfloat16, or float32 as TF32;
