@@ -328,17 +328,19 @@ def _multiprocessors():
 
 
 def implicit_splits(*, m, og, o, groups, reduction_bytes, limit):
-  """Parts of the implicit GEMM's reduction (ImplicitConv::splits): where its
-  128 x 64 tiles of the m x og outputs per group give fewer than two blocks
-  per multiprocessor and the reduction spans at least 16 k-tiles of 128
-  bytes, enough parts to fill the GPU, each at least 8 k-tiles, their float32
-  partial sums under the workspace cap."""
-  want = 2 * _multiprocessors()
-  blocks = -(-m // 128) * -(-og // 64) * groups
+  """Parts of the implicit GEMM's reduction (ImplicitConv::splits): where even
+  its smallest tiles (64 x 64) of the m x og outputs per group leave
+  multiprocessors without a block (a batch of one at 7 x 7, say) and the
+  reduction spans at least 16 k-tiles of 128 bytes, enough parts of its
+  128 x 64 tiles for two blocks per multiprocessor, each part at least 8
+  k-tiles, their float32 partial sums under the workspace cap. (Splitting
+  grids of a wave or more measured no faster: BENCHMARKS.md, step 17.)"""
+  sms = _multiprocessors()
   k_tiles = -(-reduction_bytes // 128)
-  if blocks >= want or k_tiles < 16:
+  if -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
     return 1
-  splits = min(8, -(-want // blocks), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
+  blocks = -(-m // 128) * -(-og // 64) * groups
+  splits = min(8, -(-2 * sms // blocks), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
   while splits > 1 and splits * m * o * 4 > limit:
     splits -= 1
   return max(1, splits)
