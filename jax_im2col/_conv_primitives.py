@@ -318,6 +318,25 @@ def _implicit(spec, dtype, c, o, *, input_gradient=False):
           and max(c, o) < _INT32_LIMIT)
 
 
+# Where the implicit GEMM is faster than im2col + cuBLAS (BENCHMARKS.md, step
+# 18): up to this many channels per group in the image it reads, and for
+# channels-first half types with fewer output positions per image than
+# _IMPLICIT_CF_POSITIONS (there the GEMM path's per-image products are thin).
+IMPLICIT_MAX_CHANNELS = 128
+_IMPLICIT_CF_POSITIONS = 2048
+
+
+def use_implicit(spec, dtype, c, o, positions, *, input_gradient=False):
+  """Whether the CUDA lowering takes the implicit GEMM: where it applies
+  (_implicit) and is the faster path. positions: output positions per image
+  of the call (the input's for the input gradient)."""
+  if not _implicit(spec, dtype, c, o, input_gradient=input_gradient):
+    return False
+  channels = (o if input_gradient else c) // spec.groups
+  return channels <= IMPLICIT_MAX_CHANNELS or (
+      not spec.channels_last and np.dtype(dtype) in _HALF and positions < _IMPLICIT_CF_POSITIONS)
+
+
 @functools.lru_cache(maxsize=None)
 def _multiprocessors():
   """Multiprocessors of the first CUDA device (an H100's 132 with none)."""
@@ -369,6 +388,10 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_byte
                     algorithm=ALGORITHM_IMPLICIT)
 
 
+def _positions(image_aval, spec):
+  return int(np.prod(_unfold.image_spatial(image_aval.shape, spec.channels_last), dtype=np.int64))
+
+
 def _channels(spec, image_aval, y_aval):
   cl = spec.channels_last
   return _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(y_aval.shape, cl)
@@ -401,7 +424,7 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   c, o = _channels(spec, xa, ya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
-  if _implicit(spec, xa.dtype, c, o):
+  if use_implicit(spec, xa.dtype, c, o, _positions(ya, spec)):
     wa = ctx.avals_in[1]
     filter_bytes = 0 if spec.channels_last else wa.size * np.dtype(wa.dtype).itemsize
     return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
@@ -418,7 +441,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   c, o = _channels(spec, dxa, dya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
-  if _implicit(spec, dya.dtype, c, o, input_gradient=True):
+  if use_implicit(spec, dya.dtype, c, o, _positions(dxa, spec), input_gradient=True):
     wa = ctx.avals_in[1]
     return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya, out_aval=dxa,
                           filter_bytes=wa.size * np.dtype(wa.dtype).itemsize)

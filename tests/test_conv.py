@@ -413,9 +413,9 @@ IMPLICIT_CASES = {
                             strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
     "2d-tile-128x64": dict(n=1, c=8, o=40, groups=1, spatial=(190, 190), kernel=(3, 3),
                            strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
-    # Few outputs, a long reduction: split into parts (8 in float32, 4 in half
+    # Few outputs, a long reduction: split into parts (4 in float32, 2 in half
     # types; the float32 input gradient into 2).
-    "2d-split-k": dict(n=2, c=256, o=72, groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1),
+    "2d-split-k": dict(n=2, c=128, o=72, groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1),
                        padding="SAME", rhs_dilation=(1, 1)),
 }
 
@@ -463,8 +463,12 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   case, cfg = IMPLICIT_CASES[name], implicit_config(name, layout)
   dtype = np.dtype(dtype)
   spec = _implicit_spec(case, layout, dtype)
-  assert _conv_primitives._implicit(spec, dtype, case["c"], case["o"])
-  implicit_dx = _conv_primitives._implicit(spec, dtype, case["c"], case["o"], input_gradient=True)
+  out_positions = int(np.prod(lax.conv_general_dilated(
+      jnp.zeros((1, 1, *case["spatial"])), jnp.zeros((1, 1, *case["kernel"])), case["strides"],
+      case["padding"], rhs_dilation=case["rhs_dilation"]).shape[2:]))
+  assert _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"], out_positions)
+  implicit_dx = _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"],
+                                              int(np.prod(case["spatial"])), input_gradient=True)
   kw = cfg["kwargs"]
   x, w = operands(cfg, 5, dtype)
   with on_platform(platform):
@@ -521,11 +525,20 @@ def test_implicit_gemm_algorithm_choice():
   with jax_im2col.workspace_limit(64 * 400 * 4):
     assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 1
   # A split reduction (chunk_positions) where the outputs are few.
-  xs = jax.ShapeDtypeStruct((2, 256, 7, 7), jnp.float32)
-  ws = jax.ShapeDtypeStruct((72, 256, 3, 3), jnp.float32)
+  xs = jax.ShapeDtypeStruct((2, 128, 7, 7), jnp.float32)
+  ws = jax.ShapeDtypeStruct((72, 128, 3, 3), jnp.float32)
   text = _cuda_text(jax.value_and_grad(lambda x, w: jnp.sum(loss(x, w) ** 2), (0, 1)), xs, ws)
-  assert _chunk_attrs(text, "jax_im2col_conv_forward") == (2, 8)
+  assert _chunk_attrs(text, "jax_im2col_conv_forward") == (2, 4)
   assert _chunk_attrs(text, "jax_im2col_conv_backward_data") == (2, 2)
+  # Where im2col + cuBLAS is faster: 256 channels per group, but for
+  # channels-first half types with few positions per image.
+  x256 = jax.ShapeDtypeStruct((2, 256, 14, 14), jnp.float32)
+  w256 = jax.ShapeDtypeStruct((256, 256, 3, 3), jnp.float32)
+  assert "algorithm = 0" in _cuda_text(loss, x256, w256)
+  half = lambda v: jax.ShapeDtypeStruct(v.shape, jnp.bfloat16)
+  assert "algorithm = 2" in _cuda_text(loss, half(x256), half(w256))
+  big = jax.ShapeDtypeStruct((2, 256, 64, 64), jnp.bfloat16)
+  assert "algorithm = 0" in _cuda_text(loss, big, half(w256))
   assert _conv_primitives.implicit_splits(m=98, og=72, o=72, groups=1, reduction_bytes=9216,
                                           limit=8 * 98 * 72 * 4 - 1) == 7  # under the cap
 
