@@ -177,36 +177,21 @@ implicit_conv_kernel(const Params p) {
   const int k_begin = split * per_split;
   const int k_tiles = max(0, min(all_tiles, k_begin + per_split) - k_begin);
 
-  // The copies of k-tile kt into `stage`, in kParts parts (rows split evenly)
-  // so that the main loop issues one part per k-step, between its mma.
-  constexpr int kParts = kChunks / 2;
-  constexpr int A_ROWS = BM / ROWS_PER_PASS, B_ROWS = BN / ROWS_PER_PASS;
-  static_assert(A_ROWS % kParts == 0 && B_ROWS % kParts == 0, "rows per part");
-  struct TileTap {
-    int32_t kk, ch, dd, dh, dw;
-    bool valid;
-  };
-  auto tile_tap = [&](int kt) {
-    TileTap t;
-    t.kk = (k_begin + kt) * BKE + chunk * VEC;
-    t.valid = t.kk < p.Kg;
-    int32_t tap, rest, kd, kh, kw;
-    p.cg_div.divmod(t.kk, tap, t.ch);
+  auto load_tile = [&](int stage, int kt) {
+    const int32_t kk = (k_begin + kt) * BKE + chunk * VEC;
+    const bool k_valid = kk < p.Kg;
+    int32_t tap, ch, rest, kd, kh, kw;
+    p.cg_div.divmod(kk, tap, ch);
     p.kernel_w.divmod(tap, rest, kw);
     p.kernel_h.divmod(rest, kd, kh);
-    t.dd = kd * p.dilation[0];
-    t.dh = kh * p.dilation[1];
-    t.dw = kw * p.dilation[2];
-    return t;
-  };
-  auto copy_part = [&](int stage, const TileTap& t, int part) {
+    const int32_t dd = kd * p.dilation[0], dh = kh * p.dilation[1], dw = kw * p.dilation[2];
     uint4* a = a_tiles + stage * BM * kChunks;
 #pragma unroll
-    for (int i = part * (A_ROWS / kParts); i < (part + 1) * (A_ROWS / kParts); ++i) {
+    for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
       const int r = row0 + ROWS_PER_PASS * i;
       const int4 o = origins[r];
-      const int32_t zd = o.x + t.dd, zh = o.y + t.dh, zw = o.z + t.dw;
-      const bool valid = t.valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
+      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
+      const bool valid = k_valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
                          static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
                          static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
       const uint32_t spatial =
@@ -214,16 +199,15 @@ implicit_conv_kernel(const Params p) {
           static_cast<uint32_t>(zw);
       const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
       copy_async(shared_address(a + r * kChunks + stored_chunk),
-                 valid ? static_cast<const void*>(x + pixel * p.C + t.ch) : p.x, valid);
+                 valid ? static_cast<const void*>(x + pixel * p.C + ch) : p.x, valid);
     }
     uint4* b = b_tiles + stage * BN * kChunks;
 #pragma unroll
-    for (int i = part * (B_ROWS / kParts); i < (part + 1) * (B_ROWS / kParts); ++i) {
+    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
       const int r = row0 + ROWS_PER_PASS * i;
-      const bool valid = t.valid && n0 + r < p.Og;
+      const bool valid = k_valid && n0 + r < p.Og;
       copy_async(shared_address(b + r * kChunks + stored_chunk),
-                 valid ? static_cast<const void*>(w + static_cast<int64_t>(n0 + r) * p.Kg + t.kk)
-                       : p.w,
+                 valid ? static_cast<const void*>(w + static_cast<int64_t>(n0 + r) * p.Kg + kk) : p.w,
                  valid);
     }
   };
@@ -247,27 +231,19 @@ implicit_conv_kernel(const Params p) {
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) {
-      const TileTap t = tile_tap(s);
-#pragma unroll
-      for (int part = 0; part < kParts; ++part) copy_part(s, t, part);
-    }
+    if (s < k_tiles) load_tile(s, s);
     commit_copies();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     wait_copies<STAGES - 2>();
     __syncthreads();  // k-tile kt has landed for all; k-tile kt - 1's buffer is free
     const int next = kt + STAGES - 1;
-    const bool more = next < k_tiles;
-    TileTap t{};
-    if (more) t = tile_tap(next);
+    if (next < k_tiles) load_tile(next % STAGES, next);
+    commit_copies();
     const uint4* a = a_tiles + (kt % STAGES) * BM * kChunks;
     const uint4* b = b_tiles + (kt % STAGES) * BN * kChunks;
 #pragma unroll
     for (int ks = 0; ks < kChunks / 2; ++ks) {
-      // Issued between the k-steps' mma: every asm here is volatile, so the
-      // compiler keeps this order.
-      if (more) copy_part(next % STAGES, t, ks);
       uint32_t af[MT][4], bf[NT][2];
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
@@ -299,7 +275,6 @@ implicit_conv_kernel(const Params p) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
     }
-    commit_copies();
   }
   wait_copies<0>();
 
