@@ -236,7 +236,7 @@ def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator)
   c = _unfold.image_channels(image_aval.shape, cl)
   o = _unfold.image_channels(y_aval.shape, cl)
   k = spec.window.kernel_size
-  positions = int(np.prod(_unfold.image_spatial(y_aval.shape, cl), dtype=np.int64))
+  positions = _positions(y_aval, spec)
   in_item = np.dtype(ctx.avals_in[0].dtype).itemsize
   return plan_chunks(n=image_aval.shape[0], positions=positions,
                      cols_row_bytes=c * k * columns, extra_row_bytes=o * in_item if transposed_dy else 0,
@@ -244,8 +244,10 @@ def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator)
                      groups=spec.groups, acc_bytes=o * (c // spec.groups) * k * 4 if accumulator else 0)
 
 
+# The `algorithm` attribute (Algorithm in lib/cuda/conv.cu).
 ALGORITHM_GEMM = 0
 ALGORITHM_DIRECT = 1
+ALGORITHM_IMPLICIT = 2
 # Small groups take the scalar direct kernels up to this many filter taps per
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
@@ -276,7 +278,6 @@ def _algorithm(spec, c, o):
   return ALGORITHM_DIRECT if small or _grouped(spec, c, o) else ALGORITHM_GEMM
 
 
-ALGORITHM_IMPLICIT = 2
 _MAX_GROUPS_IMPLICIT = 65535  # the kernel's grid z
 _INT32_LIMIT = 1 << 31
 
@@ -378,7 +379,7 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_byte
     images = max(1, min(n, spec.workspace_limit // max(1, per_image)))
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
-  m = images * int(np.prod(_unfold.image_spatial(out_aval.shape, cl), dtype=np.int64))
+  m = images * _positions(out_aval, spec)
   splits = implicit_splits(m=m, og=o // spec.groups, o=o, groups=spec.groups,
                            reduction_bytes=c_in // spec.groups * spec.window.kernel_size * item,
                            limit=spec.workspace_limit)

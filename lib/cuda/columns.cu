@@ -450,12 +450,10 @@ cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
   if (nc <= 0 || layout.lc <= 0 || channels <= 0) return cudaSuccess;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
-    switch (elem_bytes) {
-      case 2: return unfold_typed<ND, uint16_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-      case 4: return unfold_typed<ND, uint32_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-      case 8: return unfold_typed<ND, uint64_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
-      default: return cudaErrorInvalidValue;
-    }
+    return with_element_bytes(elem_bytes, [&](auto tag) {
+      return unfold_typed<ND, decltype(tag)>(x, cols, g, channels, n0, nc, layout, channels_last,
+                                             stream);
+    });
   });
 }
 

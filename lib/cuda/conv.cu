@@ -157,6 +157,8 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // (FilterSlices); for the implicit GEMM, chunk_images is the images made
 // channels-last at once and chunk_positions the parts its reduction is split
 // into (ImplicitConv::splits).
+enum Algorithm : int64_t { kAlgorithmGemm = 0, kAlgorithmDirect = 1, kAlgorithmImplicit = 2 };
+
 struct ConvAttrs {
   WindowAttrs window;
   bool channels_last;
@@ -196,10 +198,10 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < 0 || a.algorithm > 2)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmImplicit)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
-      (a.algorithm == 0 && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
+      (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
     return ffi::Error::InvalidArgument("conv: invalid chunking");
   return ffi::Error::Success();
 }
@@ -290,8 +292,6 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
 }
 
 // --- implicit GEMM -------------------------------------------------------------
-
-constexpr int64_t kAlgorithmImplicit = 2;
 
 // out = conv(image, rows) on geometry g, where `rows` is the filter in the
 // kernel's layout. A channels-first image is made channels-last a chunk of
@@ -407,7 +407,7 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
   if (a.algorithm == kAlgorithmImplicit) return implicit_forward(stream, x, w, *y, *workspace, s, a);
-  if (a.algorithm == 1)
+  if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
                                      out, s.g, direct_shapes(s), stream),
                       "direct conv");
@@ -468,7 +468,7 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
   if (a.algorithm == kAlgorithmImplicit)
     return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a);
-  if (a.algorithm == 1)
+  if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(),
                                            in, s.g, direct_shapes(s), stream),
                       "direct conv input gradient");
@@ -525,7 +525,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
   if (a.algorithm == kAlgorithmImplicit)
     return ffi::Error::InvalidArgument("conv_backward_filter: no implicit GEMM");
-  if (a.algorithm == 1) {
+  if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))
       return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");

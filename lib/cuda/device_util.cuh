@@ -64,6 +64,18 @@ struct FastDiv {
   }
 };
 
+// Calls fn(U{}) with the unsigned type of elem_bytes bytes (2, 4 or 8): the
+// carrier of kernels that only move data.
+template <typename Fn>
+cudaError_t with_element_bytes(size_t elem_bytes, Fn&& fn) {
+  switch (elem_bytes) {
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 inline bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }

@@ -51,16 +51,6 @@ __global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDi
   }
 }
 
-template <typename Fn>
-cudaError_t with_bytes(size_t elem_bytes, Fn&& fn) {
-  switch (elem_bytes) {
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    case 8: return fn(uint64_t{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
@@ -70,7 +60,7 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
   if (size >= (int64_t{1} << 31) || tiles_c > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles_s), static_cast<unsigned>(tiles_c),
                   static_cast<unsigned>(n < 65535 ? n : 65535));
-  return with_bytes(elem_bytes, [&](auto tag) {
+  return with_element_bytes(elem_bytes, [&](auto tag) {
     using T = decltype(tag);
     to_channels_last_kernel<T><<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(out), n, static_cast<int32_t>(c),
@@ -86,7 +76,7 @@ cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_
   if (total == 0) return cudaSuccess;
   if (total >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
-  return with_bytes(elem_bytes, [&](auto tag) {
+  return with_element_bytes(elem_bytes, [&](auto tag) {
     using T = decltype(tag);
     implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(w), static_cast<T*>(out), static_cast<int32_t>(total),
