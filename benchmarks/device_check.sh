@@ -24,7 +24,7 @@
 #   TOTAL_BUDGET=570   seconds for the whole script (one device command may run 600 s);
 #                      the tests get what the build left, less the benchmark's share
 #   BUILD_TIMEOUT=240  TESTS_TIMEOUT=300  BENCH_TIMEOUT=240   caps per step (seconds)
-#   CUDA_ARCH=90
+#   CUDA_ARCH=90a
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,12 +55,12 @@ step "environment -> env.txt"
 # ---------------------------------------------------------------- build
 build_rc=skipped
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  step "build and install (CUDA arch ${CUDA_ARCH:-90}) -> build.log"
+  step "build and install (CUDA arch ${CUDA_ARCH:-90a}) -> build.log"
   export JAX_IM2COL_CUDA=ON
-  export CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}"
+  export CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90a}"
   export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
   timeout -k 10 "${BUILD_TIMEOUT:-240}" python3 -m pip install --no-build-isolation --no-deps -v \
-    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" . > "$OUT/build.log" 2>&1
+    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" . > "$OUT/build.log" 2>&1
   build_rc=$?
   step "build rc=$build_rc"
   [ "$build_rc" = 0 ] || tail -n 30 "$OUT/build.log"

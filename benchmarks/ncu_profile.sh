@@ -20,7 +20,7 @@ case "${1:-columns}" in
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
-  --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
+  --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a . > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
 cd /tmp && XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:"$kernels" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
   --section Occupancy --section LaunchStats python3 "$OLDPWD/$script" > "$OUT/ncu.txt" 2>&1

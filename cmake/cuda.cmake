@@ -48,11 +48,11 @@ if(NOT cublas_library)
 endif()
 message(STATUS "jax_im2col: CUDA module with cuBLAS ${cublas_library}")
 
-# Ampere and newer (the implicit GEMM uses cp.async, ldmatrix and mma.sync),
-# unless asked otherwise; set before enable_language, which would otherwise
-# pick the compiler's default architecture.
+# Ampere and newer (the implicit GEMM uses cp.async, ldmatrix and mma.sync)
+# and Hopper's own 90a (its wgmma kernel), unless asked otherwise; set before
+# enable_language, which would otherwise pick the compiler's default.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
-  set(CMAKE_CUDA_ARCHITECTURES "80;90")
+  set(CMAKE_CUDA_ARCHITECTURES "80;90a")
 endif()
 enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 17)
@@ -67,6 +67,7 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/direct_filter.cu
   lib/cuda/grouped_conv.cu
   lib/cuda/implicit_gemm.cu
+  lib/cuda/implicit_gemm_sm90.cu
   lib/cuda/relayout.cu
   lib/cuda/unfold_fold.cc
   lib/cuda/conv.cu)
@@ -77,5 +78,9 @@ set_target_properties(_cuda PROPERTIES
   CUDA_SEPARABLE_COMPILATION OFF
   INSTALL_RPATH "$ORIGIN/../nvidia/cu13/lib;${cublas_rpath}"
   BUILD_WITH_INSTALL_RPATH OFF)
+# The Hopper kernel exists only in an sm_90a build (implicit_gemm_sm90.cu).
+if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "90a-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+  target_compile_definitions(_cuda PRIVATE JAX_IM2COL_SM90A=1)
+endif()
 target_compile_options(_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
 install(TARGETS _cuda LIBRARY DESTINATION jax_im2col)

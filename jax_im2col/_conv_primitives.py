@@ -295,6 +295,21 @@ def _ampere_or_newer():
   return all(float(getattr(d, "compute_capability", "8.0")) >= 8.0 for d in devices)
 
 
+@functools.lru_cache(maxsize=None)
+def implicit_truncates_tf32():
+  """Whether the implicit GEMM multiplies float32 operands truncated to TF32
+  (the wgmma kernel: compute capability 9.0 and a module built for sm_90a, as
+  cuBLAS's and cuDNN's Hopper kernels do) rather than rounded to nearest (the
+  mma.sync kernel)."""
+  if _ffi._cuda is None or not _ffi._cuda.hopper_kernels():
+    return False
+  try:
+    devices = jax.devices("cuda")
+  except RuntimeError:
+    return False
+  return bool(devices) and all(getattr(d, "compute_capability", "") == "9.0" for d in devices)
+
+
 def _implicit(spec, dtype, c, o, *, input_gradient=False):
   """The implicit GEMM on tensor cores (implicit_applies in
   lib/cuda/implicit_gemm.cu) for a convolution that would otherwise take

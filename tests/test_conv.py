@@ -438,6 +438,20 @@ def round_to_tf32(a):
   return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+def truncate_to_tf32(a):
+  """float32 to TF32 toward zero: what a tensor core reads of float32 bits."""
+  bits = np.asarray(a, np.float32).view(np.uint32)
+  return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_tf32_roundings():
+  a = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -12, -(1 + 3 * 2.0 ** -12), 1 + 2.0 ** -10],
+               np.float32)
+  np.testing.assert_array_equal(round_to_tf32(a), [1 + 2.0 ** -10, 1 + 2.0 ** -10,
+                                                   -(1 + 2.0 ** -10), 1 + 2.0 ** -10])
+  np.testing.assert_array_equal(truncate_to_tf32(a), [1, 1, -1, 1 + 2.0 ** -10])
+
+
 def _implicit_spec(case, layout, dtype):
   return types.SimpleNamespace(
       groups=case["groups"], channels_last=layout == "cl",
@@ -457,8 +471,9 @@ UNIT_ROUNDOFF = {np.dtype(jnp.bfloat16): 2.0 ** -8, np.dtype(np.float16): 2.0 **
 @pytest.mark.parametrize("name", list(IMPLICIT_CASES))
 def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   """The forward and the input gradient at DEFAULT precision against float64
-  on the operands the multiplier sees: float32 rounded to TF32 on the GPU
-  (exact float32 on the CPU), half types as they are. What is left is float32
+  on the operands the multiplier sees: float32 as TF32 on the GPU (rounded to
+  nearest by the mma.sync kernel, truncated by Hopper's wgmma kernel; exact
+  float32 on the CPU), half types as they are. What is left is float32
   accumulation, plus the output's rounding for half outputs."""
   case, cfg = IMPLICIT_CASES[name], implicit_config(name, layout)
   dtype = np.dtype(dtype)
@@ -477,7 +492,10 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
     ct = jnp.asarray(np.random.default_rng(6).standard_normal(y.shape), dtype)
     (dx,) = vjp(ct)
   tf32 = platform == "gpu" and dtype == np.float32
-  seen = (lambda a: round_to_tf32(a)) if tf32 else (lambda a: np.asarray(a, np.float32))
+  if tf32:
+    seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
+  else:
+    seen = lambda a: np.asarray(a, np.float32)
 
   def reference(x, w, ct):
     ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)

@@ -1,19 +1,12 @@
-// The implicit-GEMM convolution kernel (implicit_gemm.h).
+// The implicit-GEMM convolution (implicit_gemm.h): the mma.sync kernel for
+// Ampere and newer, and the choice of kernel and tile per call (the wgmma
+// kernel of implicit_gemm_sm90.cu on Hopper). Shared pieces: implicit_tile.cuh.
 //
-// A block computes a BM x BN tile of one group's y (BM positions m, BN output
-// channels) in k-tiles of 128 bytes of the reduction (kk): 32 float32 or 64
-// half elements. Each k-tile of A (the columns, gathered from x) and of B (the
-// filter rows) lands in shared memory by cp.async, 16 bytes per copy, in a
-// ring of STAGES buffers so that the copies of later k-tiles overlap the
-// arithmetic of this one. A 16-byte chunk of kk is one run of channels of one
-// tap (the channels per group are a multiple of the vector), so one bounds
-// check covers it; padding reads as zeros (cp.async with source size 0).
-//
-// Shared rows are 8 chunks of 16 bytes, chunk j of row r stored at j ^ (r % 8),
-// so that the 8 rows an ldmatrix phase reads hit 8 distinct bank groups.
-// Warps hold fragments in the m16n8k8 (TF32) / m16n8k16 (half) mma layouts;
-// in 32-bit words both are "16 rows x 8 words" for A and "8 rows x 8 words"
-// for B, so one loader and one fragment schedule serve every type.
+// Each block copies k-tiles into a ring of STAGES shared buffers so that the
+// copies of later k-tiles overlap the arithmetic of this one. Warps hold
+// fragments in the m16n8k8 (TF32) / m16n8k16 (half) mma layouts; in 32-bit
+// words both are "16 rows x 8 words" for A and "8 rows x 8 words" for B, so
+// one loader and one fragment schedule serve every type.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,27 +16,12 @@
 
 #include "device_util.cuh"
 #include "implicit_gemm.h"
+#include "implicit_tile.cuh"
 
 namespace im2col::cuda {
 namespace {
 
-constexpr int kRowBytes = 128;
-constexpr int kChunks = kRowBytes / 16;
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared memory, or 16 zero bytes when !valid.
-__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
+using namespace implicit;
 
 __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -93,38 +71,9 @@ template <> struct Mma<__half> {
   }
 };
 
-template <typename TY>
-__device__ __forceinline__ void store_pair(TY* dst, float a, float b) {
-  if constexpr (std::is_same_v<TY, float>) {
-    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
-  } else if constexpr (std::is_same_v<TY, __half>) {
-    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
-  } else {
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
-  }
-}
-
-// Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits
-// (fits_32_bits holds for every geometry the handlers accept).
-struct Params {
-  const char* x;
-  const char* w;
-  void* y;
-  int64_t m_total;  // images * L
-  int32_t L, in_size;
-  int32_t in[3], stride[3], dilation[3], pad[3];
-  FastDiv out_w, out_h;       // output position -> coordinates
-  FastDiv kernel_w, kernel_h;  // tap -> coordinates
-  FastDiv cg_div;             // kk -> (tap, channel)
-  int32_t C, Cg, O, Og, Kg;   // Kg = taps * Cg, the reduction length
-  bool y_cl, y_pairs;
-  int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
-  float* partials;  // where the parts go when splits > 1
-};
-
 template <int BM, int BN, int STAGES>
 constexpr int shared_bytes() {
-  return STAGES * (BM + BN) * kRowBytes + BM * (sizeof(int4) + sizeof(int2));
+  return STAGES * (BM + BN) * kRowBytes + row_bytes<BM>();
 }
 
 // A block of WARPS_M x WARPS_N warps; MIN_BLOCKS per multiprocessor bounds
@@ -135,13 +84,9 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, MIN_BLOCKS)
 implicit_conv_kernel(const Params p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // cp.async, ldmatrix, mma.sync
   constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  constexpr int ROWS_PER_PASS = THREADS / kChunks;  // rows one pass of copies covers
   constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // a warp's tile
   constexpr int MT = WTM / 16, NT = WTN / 8;              // its mma tiles
-  constexpr int VEC = 16 / sizeof(T);
-  constexpr int BKE = kRowBytes / sizeof(T);              // elements per k-tile
-  static_assert(NT % 2 == 0 && BM % ROWS_PER_PASS == 0 && BN % ROWS_PER_PASS == 0 &&
-                ROWS_PER_PASS % 8 == 0, "tile shape");
+  static_assert(NT % 2 == 0, "tile shape");
 
   extern __shared__ __align__(128) uint4 smem[];
   uint4* a_tiles = smem;                                 // [STAGES][BM][kChunks]
@@ -149,68 +94,13 @@ implicit_conv_kernel(const Params p) {
   int4* origins = reinterpret_cast<int4*>(b_tiles + STAGES * BN * kChunks);  // [BM]
   int2* positions = reinterpret_cast<int2*>(origins + BM);                  // [BM]
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
-
-  // Each row's window origin (o * stride - pad per dimension) and image.
-  // Rows past the end repeat the last position: valid reads, never stored.
-  for (int r = tid; r < BM; r += THREADS) {
-    const int64_t m = m0 + r < p.m_total ? m0 + r : p.m_total - 1;
-    const int64_t image = m / p.L;
-    const int32_t l = static_cast<int32_t>(m - image * p.L);
-    int32_t rest, od, oh, ow;
-    p.out_w.divmod(l, rest, ow);
-    p.out_h.divmod(rest, od, oh);
-    origins[r] = make_int4(od * p.stride[0] - p.pad[0], oh * p.stride[1] - p.pad[1],
-                           ow * p.stride[2] - p.pad[2], static_cast<int32_t>(image));
-    positions[r] = make_int2(static_cast<int32_t>(image), l);
-  }
+  prepare_rows<BM, THREADS>(p, m0, origins, positions);
   __syncthreads();
-
-  // The copies of one thread: chunk `chunk` of rows row0 + ROWS_PER_PASS * i.
-  const int chunk = tid % kChunks, row0 = tid / kChunks;
-  const int stored_chunk = chunk ^ (row0 % 8);  // the same for every row it copies
-  const T* x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg;
-  const T* w = reinterpret_cast<const T*>(p.w) + static_cast<int64_t>(group) * p.Og * p.Kg;
-  const int all_tiles = (p.Kg + BKE - 1) / BKE, per_split = (all_tiles + p.splits - 1) / p.splits;
-  const int k_begin = split * per_split;
-  const int k_tiles = max(0, min(all_tiles, k_begin + per_split) - k_begin);
-
-  auto load_tile = [&](int stage, int kt) {
-    const int32_t kk = (k_begin + kt) * BKE + chunk * VEC;
-    const bool k_valid = kk < p.Kg;
-    int32_t tap, ch, rest, kd, kh, kw;
-    p.cg_div.divmod(kk, tap, ch);
-    p.kernel_w.divmod(tap, rest, kw);
-    p.kernel_h.divmod(rest, kd, kh);
-    const int32_t dd = kd * p.dilation[0], dh = kh * p.dilation[1], dw = kw * p.dilation[2];
-    uint4* a = a_tiles + stage * BM * kChunks;
-#pragma unroll
-    for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
-      const int r = row0 + ROWS_PER_PASS * i;
-      const int4 o = origins[r];
-      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
-      const bool valid = k_valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
-                         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
-                         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
-      const uint32_t spatial =
-          (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
-          static_cast<uint32_t>(zw);
-      const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
-      copy_async(shared_address(a + r * kChunks + stored_chunk),
-                 valid ? static_cast<const void*>(x + pixel * p.C + ch) : p.x, valid);
-    }
-    uint4* b = b_tiles + stage * BN * kChunks;
-#pragma unroll
-    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
-      const int r = row0 + ROWS_PER_PASS * i;
-      const bool valid = k_valid && n0 + r < p.Og;
-      copy_async(shared_address(b + r * kChunks + stored_chunk),
-                 valid ? static_cast<const void*>(w + static_cast<int64_t>(n0 + r) * p.Kg + kk) : p.w,
-                 valid);
-    }
-  };
+  const TileLoader<T, BM, BN, THREADS> loader(p, origins, group, split, n0);
+  const int k_tiles = loader.k_tiles;
 
   float acc[MT][NT][4];
 #pragma unroll
@@ -231,14 +121,17 @@ implicit_conv_kernel(const Params p) {
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_tile(s, s);
+    if (s < k_tiles) loader.load(a_tiles + s * BM * kChunks, b_tiles + s * BN * kChunks, s);
     commit_copies();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     wait_copies<STAGES - 2>();
     __syncthreads();  // k-tile kt has landed for all; k-tile kt - 1's buffer is free
     const int next = kt + STAGES - 1;
-    if (next < k_tiles) load_tile(next % STAGES, next);
+    if (next < k_tiles) {
+      const int s = next % STAGES;
+      loader.load(a_tiles + s * BM * kChunks, b_tiles + s * BN * kChunks, next);
+    }
     commit_copies();
     const uint4* a = a_tiles + (kt % STAGES) * BM * kChunks;
     const uint4* b = b_tiles + (kt % STAGES) * BN * kChunks;
@@ -278,50 +171,10 @@ implicit_conv_kernel(const Params p) {
   }
   wait_copies<0>();
 
-  // Accumulator v of tile (i, j): row (lane / 4) + 8 * (v / 2), column
-  // 2 * (lane % 4) + v % 2.
-  TY* y = static_cast<TY*>(p.y);
-  const int32_t channel0 = group * p.Og;
 #pragma unroll
-  for (int i = 0; i < MT; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp_m * WTM + i * 16 + h * 8 + (lane >> 2);
-      if (m0 + r >= p.m_total) continue;
-      const int2 at = positions[r];
-      if (p.splits > 1) {
-        float* row = p.partials + (split * p.m_total + m0 + r) * p.O + channel0;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int32_t col = n0 + warp_n * WTN + j * 8 + 2 * (lane & 3);
-          if (col < p.Og) row[col] = acc[i][j][2 * h];
-          if (col + 1 < p.Og) row[col + 1] = acc[i][j][2 * h + 1];
-        }
-      } else if (p.y_cl) {
-        TY* row = y + (m0 + r) * p.O + channel0;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int32_t col = n0 + warp_n * WTN + j * 8 + 2 * (lane & 3);
-          const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-          if (p.y_pairs) {
-            if (col < p.Og) store_pair(row + col, v0, v1);
-          } else {
-            if (col < p.Og) row[col] = store_value<TY>(v0);
-            if (col + 1 < p.Og) row[col + 1] = store_value<TY>(v1);
-          }
-        }
-      } else {
-        TY* first = y + (static_cast<int64_t>(at.x) * p.O + channel0) * p.L + at.y;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int32_t col = n0 + warp_n * WTN + j * 8 + 2 * (lane & 3);
-          if (col < p.Og) first[static_cast<int64_t>(col) * p.L] = store_value<TY>(acc[i][j][2 * h]);
-          if (col + 1 < p.Og)
-            first[static_cast<int64_t>(col + 1) * p.L] = store_value<TY>(acc[i][j][2 * h + 1]);
-        }
-      }
-    }
-  }
+  for (int i = 0; i < MT; ++i)
+    store_rows<TY, NT>(p, acc[i], warp_m * WTM + i * 16, warp_n * WTN, m0, n0, group, split,
+                       positions);
 #endif
 }
 
@@ -361,14 +214,11 @@ cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
                   static_cast<unsigned>((p.Og + BN - 1) / BN),
                   static_cast<unsigned>(groups * p.splits));
   kernel<<<grid, 32 * WARPS_M * WARPS_N, bytes, stream>>>(p);
-  if (auto e = cudaGetLastError(); e != cudaSuccess || p.splits == 1) return e;
-  sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(
-      p.partials, static_cast<TY*>(p.y), p.m_total, p.O, p.L, p.splits, p.y_cl);
   return cudaGetLastError();
 }
 
 struct DeviceInfo {
-  int multiprocessors = 0, major = 0;
+  int multiprocessors = 0, major = 0, minor = 0;
 };
 
 cudaError_t device_info(DeviceInfo* info) {
@@ -377,16 +227,17 @@ cudaError_t device_info(DeviceInfo* info) {
   if (auto e = cudaDeviceGetAttribute(&info->multiprocessors, cudaDevAttrMultiProcessorCount, device);
       e != cudaSuccess)
     return e;
-  return cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device);
+  if (auto e = cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device);
+      e != cudaSuccess)
+    return e;
+  return cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device);
 }
 
+// The mma.sync kernel's tile for a call: the largest that still gives two
+// blocks per multiprocessor.
 template <typename T, typename TY>
-cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
-  DeviceInfo info;
-  if (auto e = device_info(&info); e != cudaSuccess) return e;
-  if (info.major < 8) return cudaErrorNotSupported;  // Python routes these GPUs elsewhere
-  // The largest tile that still gives two blocks per multiprocessor.
-  const int64_t want = 2 * static_cast<int64_t>(info.multiprocessors);
+cudaError_t launch_sm80(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream) {
+  const int64_t want = 2 * static_cast<int64_t>(multiprocessors);
   auto blocks = [&](int64_t bm, int64_t bn) {
     return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
   };
@@ -397,6 +248,23 @@ cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
     return launch<T, TY, 128, 128, 2, 2, 3, 2>(p, groups, stream);
   if (blocks(128, 64) >= want) return launch<T, TY, 128, 64, 2, 2, 3, 3>(p, groups, stream);
   return launch<T, TY, 64, 64, 2, 2, 4, 3>(p, groups, stream);
+}
+
+// The wgmma kernel on Hopper (sm_90, when compiled for sm_90a), else mma.sync;
+// then, with splits, the sum of the parts.
+template <typename T, typename TY>
+cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
+  DeviceInfo info;
+  if (auto e = device_info(&info); e != cudaSuccess) return e;
+  if (info.major < 8) return cudaErrorNotSupported;  // Python routes these GPUs elsewhere
+  cudaError_t e = cudaErrorNotSupported;
+  if (info.major == 9 && info.minor == 0 && hopper_kernels_compiled())
+    e = launch_sm90<T, TY>(p, groups, info.multiprocessors, stream);
+  if (e == cudaErrorNotSupported) e = launch_sm80<T, TY>(p, groups, info.multiprocessors, stream);
+  if (e != cudaSuccess || p.splits == 1) return e;
+  sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(
+      p.partials, static_cast<TY*>(p.y), p.m_total, p.O, p.L, p.splits, p.y_cl);
+  return cudaGetLastError();
 }
 
 }  // namespace

@@ -45,8 +45,12 @@ bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64
                       int64_t groups);
 
 // y = conv(p.x, p.w) for x of type `in` and y of type `out` (`in`, or float32
-// for half inputs).
+// for half inputs). On Hopper with hopper_kernels_compiled(), by wgmma, with
+// float32 operands truncated to TF32; elsewhere by mma.sync, rounded to nearest.
 cudaError_t implicit_conv(const ImplicitConv& p, const Geometry& g, xla::ffi::DataType in,
                           xla::ffi::DataType out, cudaStream_t stream);
+
+// Whether this module carries the Hopper (wgmma) kernel: built for sm_90a.
+bool hopper_kernels_compiled();
 
 }  // namespace im2col::cuda

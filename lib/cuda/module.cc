@@ -1,6 +1,7 @@
 // The nanobind module that hands the CUDA FFI handlers to Python. Target
 // names match the CPU module's.
 #include "handlers.h"
+#include "implicit_gemm.h"
 #include "nanobind/nanobind.h"
 
 namespace nb = nanobind;
@@ -29,4 +30,7 @@ NB_MODULE(_cuda, m) {
     d["jax_im2col_conv_backward_filter"] = conv_stages(jax_im2col_conv_backward_filter_cuda);
     return d;
   });
+  // Whether the implicit GEMM takes wgmma on an sm_90 GPU (float32 operands
+  // then truncated to TF32 rather than rounded to nearest).
+  m.def("hopper_kernels", &hopper_kernels_compiled);
 }

@@ -1,0 +1,90 @@
+"""Where the implicit GEMM beats im2col + cuBLAS: times the forward and the
+input gradient of every suite shape the implicit GEMM applies to, with the
+CUDA lowering forced onto each path in turn, beside XLA, in float32 (TF32)
+and bfloat16, channels-first and channels-last. Prints one line per case and
+writes implicit_routing.json under --out (BENCHMARKS.md: routing steps).
+
+  python benchmarks/implicit_routing.py --out DIR [--deadline-s 200]
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+import jax
+from jax import lax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+from jax_im2col import _conv_primitives  # noqa: E402
+
+CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=15, budget_s=0.08)
+
+
+@contextlib.contextmanager
+def routed(path):
+  """The CUDA lowering's choice forced: "implicit" wherever the implicit GEMM
+  applies, "gemm" never."""
+  original = _conv_primitives.use_implicit
+  if path == "implicit":
+    _conv_primitives.use_implicit = lambda spec, dtype, c, o, positions, **kw: (
+        _conv_primitives._implicit(spec, dtype, c, o, **kw))
+  elif path == "gemm":
+    _conv_primitives.use_implicit = lambda *a, **kw: False
+  try:
+    yield
+  finally:
+    _conv_primitives.use_implicit = original
+
+
+def functions(case, layout):
+  kw = bench.conv_kwargs(case, layout)
+  ours = lambda x, w: bench.OURS_CONV(x, w, **kw)
+  xla = lambda x, w: lax.conv_general_dilated(x, w, **kw)
+  fwd = lambda conv: jax.jit(conv)
+  dgrad = lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g))
+  return {"fwd": (fwd, ours, xla), "dgrad": (dgrad, ours, xla)}
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--out", default=".")
+  parser.add_argument("--deadline-s", type=float, default=1e9)
+  args = parser.parse_args()
+  data = bench.Data()
+  rows = []
+  print(f"{'shape':16} {'dtype':5} {'lay':3} {'op':6} {'implicit':>9} {'gemm':>9} {'xla':>9} "
+        f"{'imp/gemm':>8} {'imp/xla':>8} {'gemm/xla':>8}", flush=True)
+  for case in bench.SUITE:
+    if case.groups != 1 or all(k == 1 for k in case.kernel):
+      continue  # direct kernels, or a plain GEMM
+    for dt in ("f32", "bf16"):
+      dtype = bench.DTYPES[dt]
+      for layout in ("cf", "cl"):
+        xs, ws, ys = (bench.x_shape(case, layout), bench.w_shape(case, layout),
+                      bench.y_shape(case, layout))
+        for op, (wrap, ours, xla) in functions(case, layout).items():
+          if time.perf_counter() - bench.T_START > args.deadline_s:
+            break
+          shapes = [xs, ws] if op == "fwd" else [xs, ws, ys]
+          sets = data.sets(shapes, dtype)
+          row = dict(shape=case.name, dtype=dt, layout=layout, op=op)
+          for path in ("implicit", "gemm"):
+            with routed(path):
+              row[path] = bench.time_jax(wrap(ours), sets, CFG)["ms"]
+          row["xla"] = bench.time_jax(wrap(xla), sets, CFG)["ms"]
+          del sets
+          rows.append(row)
+          print(f"{case.name:16} {dt:5} {layout:3} {op:6} {row['implicit']:9.4f} {row['gemm']:9.4f} "
+                f"{row['xla']:9.4f} {row['implicit'] / row['gemm']:8.2f} "
+                f"{row['implicit'] / row['xla']:8.2f} {row['gemm'] / row['xla']:8.2f}", flush=True)
+  with open(os.path.join(args.out, "implicit_routing.json"), "w") as f:
+    json.dump(dict(device=str(jax.devices()[0]), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,223 @@
+// What the implicit-GEMM kernels share (implicit_gemm.cu: mma.sync, Ampere
+// and newer; implicit_gemm_sm90.cu: wgmma, Hopper): the kernel parameters, the
+// gather of a k-tile of the columns and the filter rows into shared memory,
+// and the store of accumulator rows.
+//
+// A block computes a BM x BN tile of one group's y (BM positions m, BN output
+// channels) in k-tiles of 128 bytes of the reduction (kk): 32 float32 or 64
+// half elements. Each k-tile of A (the columns, gathered from x) and of B (the
+// filter rows) lands in shared memory by cp.async, 16 bytes per copy. A
+// 16-byte chunk of kk is one run of channels of one tap (the channels per
+// group are a multiple of the vector), so one bounds check covers it; padding
+// reads as zeros (cp.async with source size 0).
+//
+// Shared rows are 8 chunks of 16 bytes, chunk j of row r stored at j ^ (r % 8):
+// the 8 rows an ldmatrix phase reads hit 8 distinct bank groups, and it is
+// the 128-byte swizzle of Hopper's shared-memory matrix descriptors.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device_util.cuh"
+
+namespace im2col::cuda::implicit {
+
+constexpr int kRowBytes = 128;
+constexpr int kChunks = kRowBytes / 16;
+
+// Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits
+// (fits_32_bits holds for every geometry the handlers accept).
+struct Params {
+  const char* x;
+  const char* w;
+  void* y;
+  int64_t m_total;  // images * L
+  int32_t L, in_size;
+  int32_t in[3], stride[3], dilation[3], pad[3];
+  FastDiv out_w, out_h;       // output position -> coordinates
+  FastDiv kernel_w, kernel_h;  // tap -> coordinates
+  FastDiv cg_div;             // kk -> (tap, channel)
+  int32_t C, Cg, O, Og, Kg;   // Kg = taps * Cg, the reduction length
+  bool y_cl, y_pairs;
+  int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
+  float* partials;  // where the parts go when splits > 1
+};
+
+// The Hopper kernels for T inputs and TY outputs (implicit_gemm_sm90.cu);
+// cudaErrorNotSupported where they were not compiled (no sm_90a target).
+template <typename T, typename TY>
+cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream);
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory, or 16 zero bytes when !valid.
+__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+// Bytes of shared memory besides the tiles: each row's window origin and
+// position.
+template <int BM>
+constexpr int row_bytes() {
+  return BM * (sizeof(int4) + sizeof(int2));
+}
+
+// Each row's window origin (o * stride - pad per dimension, and the image)
+// and (image, position). Rows past the end repeat the last position: valid
+// reads, never stored.
+template <int BM, int THREADS>
+__device__ __forceinline__ void prepare_rows(const Params& p, int64_t m0, int4* origins,
+                                             int2* positions) {
+  for (int r = threadIdx.x; r < BM; r += THREADS) {
+    const int64_t m = m0 + r < p.m_total ? m0 + r : p.m_total - 1;
+    const int64_t image = m / p.L;
+    const int32_t l = static_cast<int32_t>(m - image * p.L);
+    int32_t rest, od, oh, ow;
+    p.out_w.divmod(l, rest, ow);
+    p.out_h.divmod(rest, od, oh);
+    origins[r] = make_int4(od * p.stride[0] - p.pad[0], oh * p.stride[1] - p.pad[1],
+                           ow * p.stride[2] - p.pad[2], static_cast<int32_t>(image));
+    positions[r] = make_int2(static_cast<int32_t>(image), l);
+  }
+}
+
+// The copies of one thread into a k-tile: chunk `chunk` of rows
+// row0 + ROWS_PER_PASS * i of A and of B.
+template <typename T, int BM, int BN, int THREADS>
+struct TileLoader {
+  static constexpr int ROWS_PER_PASS = THREADS / kChunks;
+  static constexpr int VEC = 16 / sizeof(T);
+  static constexpr int BKE = kRowBytes / sizeof(T);  // elements per k-tile
+  static_assert(BM % ROWS_PER_PASS == 0 && BN % ROWS_PER_PASS == 0 && ROWS_PER_PASS % 8 == 0,
+                "tile shape");
+
+  const Params& p;
+  const int4* origins;
+  const T* x;
+  const T* w;
+  int32_t n0;
+  int chunk, row0, stored_chunk;
+  int k_begin, k_tiles;
+
+  __device__ __forceinline__ TileLoader(const Params& params, const int4* row_origins, int group,
+                                        int split, int32_t first_channel)
+      : p(params), origins(row_origins), n0(first_channel) {
+    chunk = threadIdx.x % kChunks;
+    row0 = threadIdx.x / kChunks;
+    stored_chunk = chunk ^ (row0 % 8);  // the same for every row it copies
+    x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg;
+    w = reinterpret_cast<const T*>(p.w) + static_cast<int64_t>(group) * p.Og * p.Kg;
+    const int all_tiles = (p.Kg + BKE - 1) / BKE, per_split = (all_tiles + p.splits - 1) / p.splits;
+    k_begin = split * per_split;
+    k_tiles = max(0, min(all_tiles, k_begin + per_split) - k_begin);
+  }
+
+  // k-tile kt of this block's part into a ([BM][kChunks]) and b ([BN][kChunks]).
+  __device__ __forceinline__ void load(uint4* a, uint4* b, int kt) const {
+    const int32_t kk = (k_begin + kt) * BKE + chunk * VEC;
+    const bool k_valid = kk < p.Kg;
+    int32_t tap, ch, rest, kd, kh, kw;
+    p.cg_div.divmod(kk, tap, ch);
+    p.kernel_w.divmod(tap, rest, kw);
+    p.kernel_h.divmod(rest, kd, kh);
+    const int32_t dd = kd * p.dilation[0], dh = kh * p.dilation[1], dw = kw * p.dilation[2];
+#pragma unroll
+    for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
+      const int r = row0 + ROWS_PER_PASS * i;
+      const int4 o = origins[r];
+      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
+      const bool valid = k_valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
+                         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
+                         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
+      const uint32_t spatial =
+          (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
+          static_cast<uint32_t>(zw);
+      const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
+      copy_async(shared_address(a + r * kChunks + stored_chunk),
+                 valid ? static_cast<const void*>(x + pixel * p.C + ch) : p.x, valid);
+    }
+#pragma unroll
+    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
+      const int r = row0 + ROWS_PER_PASS * i;
+      const bool valid = k_valid && n0 + r < p.Og;
+      copy_async(shared_address(b + r * kChunks + stored_chunk),
+                 valid ? static_cast<const void*>(w + static_cast<int64_t>(n0 + r) * p.Kg + kk) : p.w,
+                 valid);
+    }
+  }
+};
+
+template <typename TY>
+__device__ __forceinline__ void store_pair(TY* dst, float a, float b) {
+  if constexpr (std::is_same_v<TY, float>) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else if constexpr (std::is_same_v<TY, __half>) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+  } else {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+  }
+}
+
+// Stores a warp's 16 x (8 * NT) accumulators in the m16n8 layout: value v of
+// n-tile j at row r0 + lane / 4 + 8 * (v / 2), column c0 + 8 * j + 2 * (lane % 4)
+// + v % 2 of the block's tile (rows from m0, columns from n0). With splits,
+// float32 partial sums of this block's part instead.
+template <typename TY, int NT>
+__device__ __forceinline__ void store_rows(const Params& p, const float (&acc)[NT][4], int r0,
+                                           int c0, int64_t m0, int32_t n0, int group, int split,
+                                           const int2* positions) {
+  const int lane = threadIdx.x & 31;
+  TY* y = static_cast<TY*>(p.y);
+  const int32_t channel0 = group * p.Og;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + h * 8 + (lane >> 2);
+    if (m0 + r >= p.m_total) continue;
+    const int2 at = positions[r];
+    if (p.splits > 1) {
+      float* row = p.partials + (split * p.m_total + m0 + r) * p.O + channel0;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int32_t col = n0 + c0 + j * 8 + 2 * (lane & 3);
+        if (col < p.Og) row[col] = acc[j][2 * h];
+        if (col + 1 < p.Og) row[col + 1] = acc[j][2 * h + 1];
+      }
+    } else if (p.y_cl) {
+      TY* row = y + (m0 + r) * p.O + channel0;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int32_t col = n0 + c0 + j * 8 + 2 * (lane & 3);
+        const float v0 = acc[j][2 * h], v1 = acc[j][2 * h + 1];
+        if (p.y_pairs) {
+          if (col < p.Og) store_pair(row + col, v0, v1);
+        } else {
+          if (col < p.Og) row[col] = store_value<TY>(v0);
+          if (col + 1 < p.Og) row[col + 1] = store_value<TY>(v1);
+        }
+      }
+    } else {
+      TY* first = y + (static_cast<int64_t>(at.x) * p.O + channel0) * p.L + at.y;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int32_t col = n0 + c0 + j * 8 + 2 * (lane & 3);
+        if (col < p.Og) first[static_cast<int64_t>(col) * p.L] = store_value<TY>(acc[j][2 * h]);
+        if (col + 1 < p.Og)
+          first[static_cast<int64_t>(col + 1) * p.L] = store_value<TY>(acc[j][2 * h + 1]);
+      }
+    }
+  }
+}
+
+}  // namespace im2col::cuda::implicit
