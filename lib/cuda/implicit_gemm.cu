@@ -305,7 +305,11 @@ cudaError_t implicit_conv(const ImplicitConv& c, const Geometry& g, xla::ffi::Da
     p.pad[d] = static_cast<int32_t>(real ? g.pad_lo[s] : 0);
     kernel[d] = real ? g.kernel[s] : 1;
     extent[d] = real ? g.out[s] : 1;
+    p.kernel[d] = static_cast<int32_t>(kernel[d]);
+    p.out[d] = static_cast<int32_t>(extent[d]);
   }
+  p.nd = static_cast<int32_t>(g.nd);
+  p.images = static_cast<int32_t>(c.n);
   p.out_w = FastDiv(extent[2]);
   p.out_h = FastDiv(extent[1]);
   p.kernel_w = FastDiv(kernel[2]);

@@ -1,91 +1,93 @@
 // The implicit-GEMM convolution on Hopper: warpgroup MMA (wgmma) from shared
-// memory. Compiled for sm_90a (its device code is empty for other targets and
-// launch_sm90 answers cudaErrorNotSupported without it).
+// memory, with two ways of filling it. Compiled for sm_90a (the device code
+// is empty for other targets and launch_sm90 answers cudaErrorNotSupported
+// without it).
 //
-// A block is WGS warpgroups; warpgroup g owns rows 64 g .. 64 g + 63 of the
-// BM x BN tile and the whole width. Every thread also copies: the k-tiles land
-// by cp.async (implicit_tile.cuh) in a ring of STAGES buffers whose 128-byte
-// rows carry the 128-byte swizzle, so the wgmma descriptors read them as they
-// are. One k-tile is 4 k-steps of 32 bytes: the descriptors' start address
-// moves by 32 bytes within the swizzle atom (1024-byte aligned tiles).
+// Both kernels keep the tiles of implicit_tile.cuh: a BM x BN tile of one
+// group's y, k-tiles of 128 bytes of the reduction in 128-byte rows carrying
+// the 128-byte swizzle, which the wgmma descriptors read as they are. One
+// k-tile is 4 k-steps of 32 bytes: the descriptors' start address moves by 32
+// bytes within the swizzle atom (1024-byte aligned tiles). Warpgroup g owns
+// rows 64 g .. 64 g + 63 of the tile and the whole width.
 //
-// Ring discipline, per k-tile kt: wait for its copies; make them visible to
-// the tensor cores (fence.proxy.async) and to every warpgroup (barrier); issue
-// the copies of k-tile kt + STAGES - 2 into the buffer of kt - 2, which every
-// warpgroup finished with (each waits for all but its latest wgmma group
-// before the barrier); issue kt's wgmma group. So one group is in flight while
-// the next k-tile's copies are issued, and STAGES - 2 k-tiles of copies ahead.
+// - The TMA kernel, where each 128-byte k-tile is one tap and a run of
+//   channels (channels per group a multiple of the k-tile): one thread issues
+//   the tensor-memory copies (an im2col box of BM windows for the columns,
+//   with zeros for padding; a tiled box of the filter rows) into a ring of
+//   STAGES buffers, full and empty mbarriers hand each buffer between it and
+//   the two warpgroups that multiply. No thread computes an address per row.
+// - The cp.async kernel for the rest (fewer channels per group): every thread
+//   gathers as in the mma.sync kernel, then the warpgroups multiply.
 //
 // float32 multiplies as TF32 with the low 13 bits of each operand dropped
 // (the tensor core reads the float32 bits as they are, as cuBLAS's and cuDNN's
 // Hopper TF32 kernels do), not rounded to nearest like the mma.sync kernel.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "hopper.cuh"
 #include "implicit_gemm.h"
 #include "implicit_tile.cuh"
 #include "wgmma.cuh"
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define IM2COL_WGMMA 1
-#endif
 
 namespace im2col::cuda {
 namespace implicit {
 namespace {
 
-#ifdef IM2COL_WGMMA
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int Pending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
-}
-// cp.async writes shared memory through the generic proxy; wgmma reads it
-// through the async proxy.
-__device__ __forceinline__ void fence_to_async_proxy() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Keeps the compiler from moving accesses of the accumulators across the
-// asynchronous MMA's issue and wait.
-template <int N>
-__device__ __forceinline__ void pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// A K-major operand in 128-byte-swizzled rows: 8-row groups 1024 bytes apart
-// (the stride byte offset); the leading byte offset is unused for this layout.
-__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-#endif
+using namespace hopper;
 
 constexpr int kAtomBytes = 1024;  // the swizzle pattern's period: 8 rows
 
+#ifdef IM2COL_WGMMA
+__device__ __forceinline__ uint8_t* aligned_base(uint8_t* raw) {
+  return raw + ((kAtomBytes - shared_address(raw) % kAtomBytes) % kAtomBytes);
+}
+#endif
+
+// The ring's k-tile kt with one group of wgmma per warpgroup: acc (+)= A B^T.
+template <typename T, int BN>
+__device__ __forceinline__ void multiply_tile(float (&acc)[BN / 2], const uint4* a, const uint4* b,
+                                              bool accumulate) {
+#ifdef IM2COL_WGMMA
+  const uint64_t da = matrix_descriptor(shared_address(a));
+  const uint64_t db = matrix_descriptor(shared_address(b));
+  pin(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int step = 0; step < kRowBytes / 32; ++step)  // + 32 bytes a step, in 16-byte units
+    Wgmma<T, BN>::run(acc, da + 2 * step, db + 2 * step, accumulate || step > 0);
+  wgmma_commit();
+  pin(acc);
+#endif
+}
+
+// --- the cp.async kernel --------------------------------------------------------
+//
+// Ring discipline, per k-tile kt: wait for its copies; make them visible to
+// the tensor cores (fence.proxy.async) and to every warpgroup (barrier); issue
+// the copies of k-tile kt + STAGES - 2 into the buffer of kt - 2, which every
+// warpgroup finished with (each waits for all but its latest wgmma group
+// before the barrier); issue kt's wgmma group.
+
 template <int BM, int BN, int STAGES>
-constexpr int shared_bytes() {
+constexpr int gather_shared_bytes() {
   return kAtomBytes + STAGES * (BM + BN) * kRowBytes + row_bytes<BM>();
 }
 
 template <typename T, typename TY, int BN, int WGS, int STAGES>
-__global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_sm90_kernel(const Params p) {
+__global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_gather_kernel(const Params p) {
 #ifdef IM2COL_WGMMA
   constexpr int BM = 64 * WGS, THREADS = 128 * WGS, NT = BN / 8;
-  constexpr int STEPS = kRowBytes / 32;  // k-steps per k-tile
   static_assert(STAGES >= 3, "one buffer in use by the tensor cores, one being filled");
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base = smem_raw + ((kAtomBytes - shared_address(smem_raw) % kAtomBytes) % kAtomBytes);
-  uint4* a_tiles = reinterpret_cast<uint4*>(base);              // [STAGES][BM][kChunks]
-  uint4* b_tiles = a_tiles + STAGES * BM * kChunks;             // [STAGES][BN][kChunks]
+  uint4* a_tiles = reinterpret_cast<uint4*>(aligned_base(smem_raw));  // [STAGES][BM][kChunks]
+  uint4* b_tiles = a_tiles + STAGES * BM * kChunks;                    // [STAGES][BN][kChunks]
   int4* origins = reinterpret_cast<int4*>(b_tiles + STAGES * BN * kChunks);  // [BM]
   int2* positions = reinterpret_cast<int2*>(origins + BM);                  // [BM]
 
@@ -117,16 +119,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_sm90_kernel(const 
     }
     commit_copies();
     const int s = kt % STAGES;
-    const uint64_t a = matrix_descriptor(
-        shared_address(a_tiles + (s * BM + warpgroup * 64) * kChunks));
-    const uint64_t b = matrix_descriptor(shared_address(b_tiles + s * BN * kChunks));
-    pin(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < STEPS; ++step)  // + 32 bytes a step, in 16-byte units
-      Wgmma<T, BN>::run(acc, a + 2 * step, b + 2 * step, kt > 0 || step > 0);
-    wgmma_commit();
-    pin(acc);
+    multiply_tile<T, BN>(acc, a_tiles + (s * BM + warpgroup * 64) * kChunks,
+                         b_tiles + s * BN * kChunks, kt > 0);
     wgmma_wait<1>();
     pin(acc);
   }
@@ -146,10 +140,10 @@ __global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_sm90_kernel(const 
 }
 
 template <typename T, typename TY, int BN, int WGS, int STAGES>
-cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
+cudaError_t launch_gather(const Params& p, int64_t groups, cudaStream_t stream) {
   constexpr int BM = 64 * WGS;
-  constexpr int bytes = shared_bytes<BM, BN, STAGES>();
-  auto kernel = implicit_conv_sm90_kernel<T, TY, BN, WGS, STAGES>;
+  constexpr int bytes = gather_shared_bytes<BM, BN, STAGES>();
+  auto kernel = implicit_conv_gather_kernel<T, TY, BN, WGS, STAGES>;
   if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess)
     return e;
@@ -160,11 +154,220 @@ cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// --- the TMA kernel -------------------------------------------------------------
+//
+// Two warpgroups multiply (rows 0-63, 64-127); one more warp's first thread
+// issues the copies. Buffer s of the ring holds k-tile kt (s = kt % STAGES,
+// round kt / STAGES): full[s] completes when its bytes have landed, empty[s]
+// when both warpgroups have finished reading it (each arrives once its next
+// wgmma group is issued and the one reading s has completed).
+
+constexpr int kTmaBM = 128;
+constexpr int kTmaThreads = 2 * 128 + 32;
+
+template <int BN, int STAGES>
+constexpr int tma_shared_bytes() {
+  return kAtomBytes + STAGES * (kTmaBM + BN) * kRowBytes + 2 * STAGES * sizeof(uint64_t) +
+         row_bytes<kTmaBM>();
+}
+
+template <typename T, typename TY, int BN, int STAGES>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap image_map,
+                         const __grid_constant__ CUtensorMap filter_map) {
+#ifdef IM2COL_WGMMA
+  constexpr int BM = kTmaBM, NT = BN / 8;
+  constexpr int BKE = kRowBytes / sizeof(T);
+  constexpr uint32_t kStageBytes = (BM + BN) * kRowBytes;
+
+  extern __shared__ uint8_t smem_raw[];
+  uint4* a_tiles = reinterpret_cast<uint4*>(aligned_base(smem_raw));  // [STAGES][BM][kChunks]
+  uint4* b_tiles = a_tiles + STAGES * BM * kChunks;                    // [STAGES][BN][kChunks]
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_tiles + STAGES * BN * kChunks);  // [STAGES]
+  uint64_t* empty = full + STAGES;                                                // [STAGES]
+  int4* origins = reinterpret_cast<int4*>(empty + STAGES);                        // [BM]
+  int2* positions = reinterpret_cast<int2*>(origins + BM);                        // [BM]
+
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
+  const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  prepare_rows<BM, kTmaThreads>(p, m0, origins, positions);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      barrier_init(shared_address(full + s), 1);
+      barrier_init(shared_address(empty + s), 2);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  const int all_tiles = p.Kg / BKE, per_split = (all_tiles + p.splits - 1) / p.splits;
+  const int k_begin = split * per_split;
+  const int k_tiles = max(0, min(all_tiles, k_begin + per_split) - k_begin);
+
+  if (threadIdx.x >= 256) {
+    if (threadIdx.x != 256) return;
+    // The producer. The window corner of the tile's first position; the
+    // im2col box walks BM positions from there, across rows and images.
+    const int4 o = origins[0];
+    const int32_t corner[3] = {o.x, o.y, o.z};
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      if (kt >= STAGES) barrier_wait(shared_address(empty + s), (kt / STAGES - 1) & 1);
+      const uint32_t bar = shared_address(full + s);
+      barrier_arrive_expect(bar, kStageBytes);
+      const int32_t kk = (k_begin + kt) * BKE;
+      int32_t tap, c, rest, kd, kh, kw;
+      p.cg_div.divmod(kk, tap, c);
+      p.kernel_w.divmod(tap, rest, kw);
+      p.kernel_h.divmod(rest, kd, kh);
+      const uint16_t taps[3] = {static_cast<uint16_t>(kd * p.dilation[0]),
+                                static_cast<uint16_t>(kh * p.dilation[1]),
+                                static_cast<uint16_t>(kw * p.dilation[2])};
+      const uint32_t a = shared_address(a_tiles + s * BM * kChunks);
+      const int32_t channel = group * p.Cg + c;
+      if (p.nd == 1) tma_im2col<1>(a, &image_map, bar, channel, corner, o.w, taps);
+      else if (p.nd == 2) tma_im2col<2>(a, &image_map, bar, channel, corner, o.w, taps);
+      else tma_im2col<3>(a, &image_map, bar, channel, corner, o.w, taps);
+      tma_tile_2d(shared_address(b_tiles + s * BN * kChunks), &filter_map, bar, kk,
+                  group * p.Og + n0);
+    }
+    return;
+  }
+
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+  float acc[BN / 2];  // not zeroed: see the gather kernel
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    barrier_wait(shared_address(full + s), (kt / STAGES) & 1);
+    multiply_tile<T, BN>(acc, a_tiles + (s * BM + warpgroup * 64) * kChunks,
+                         b_tiles + s * BN * kChunks, kt > 0);
+    wgmma_wait<1>();
+    pin(acc);
+    if (kt > 0 && threadIdx.x % 128 == 0)
+      barrier_arrive(shared_address(empty + (kt - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+  pin(acc);
+  if (k_tiles == 0) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  }
+  store_rows<TY, NT>(p, *reinterpret_cast<const float(*)[NT][4]>(acc), warpgroup * 64 + warp * 16,
+                     0, m0, n0, group, split, positions);
+#endif
+}
+
+// The driver's tensor-map encoders, looked up once (no link to libcuda).
+struct Encoders {
+  PFN_cuTensorMapEncodeIm2col_v12000 im2col = nullptr;
+  PFN_cuTensorMapEncodeTiled_v12000 tiled = nullptr;
+};
+
+const Encoders& encoders() {
+  static const Encoders e = [] {
+    Encoders out;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      out.im2col = reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(fn);
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      out.tiled = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    return out;
+  }();
+  return e;
+}
+
+template <typename T>
+constexpr CUtensorMapDataType map_type() {
+  if constexpr (std::is_same_v<T, float>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  else if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
+// Whether the TMA kernel takes a call: k-tiles of whole taps, and windows the
+// im2col box can describe (its corners are 16-, 8- or 5-bit signed offsets for
+// 1-, 2- and 3-D images; strides at most 8).
+template <typename T>
+bool tma_applies(const Params& p) {
+  constexpr int BKE = kRowBytes / sizeof(T);
+  if (p.Cg % BKE != 0 || p.nd < 1 || p.nd > 3 || p.images < 1) return false;
+  if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
+  const int32_t limit = p.nd == 1 ? 32767 : p.nd == 2 ? 127 : 15;
+  for (int d = 3 - p.nd; d < 3; ++d) {
+    const int32_t lower = -p.pad[d];
+    const int32_t upper = lower + (p.out[d] - 1) * p.stride[d] - (p.in[d] - 1);
+    const int32_t reach = p.dilation[d] * (p.kernel[d] - 1);
+    if (p.stride[d] > 8 || lower < -limit - 1 || lower > limit || upper < -limit - 1 ||
+        upper > limit || reach > limit)
+      return false;
+  }
+  return true;
+}
+
+// The image as an im2col map (dimensions innermost first: channels, then the
+// spatial ones from the last, then images) and the filter rows as a tiled map.
+template <typename T, int BN>
+bool encode_maps(const Params& p, int64_t groups, CUtensorMap* image, CUtensorMap* filter) {
+  const Encoders& e = encoders();
+  if (!e.im2col || !e.tiled) return false;
+  constexpr cuuint32_t BKE = kRowBytes / sizeof(T);
+  const int rank = p.nd + 2;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  int lower[3], upper[3];
+  dims[0] = static_cast<cuuint64_t>(p.C);
+  for (int i = 0; i < p.nd; ++i) {
+    const int d = 2 - i;  // innermost spatial dimension first
+    dims[1 + i] = static_cast<cuuint64_t>(p.in[d]);
+    element_strides[1 + i] = static_cast<cuuint32_t>(p.stride[d]);
+    lower[i] = -p.pad[d];
+    upper[i] = lower[i] + (p.out[d] - 1) * p.stride[d] - (p.in[d] - 1);
+  }
+  dims[rank - 1] = static_cast<cuuint64_t>(p.images);
+  strides[0] = dims[0] * sizeof(T);
+  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+  if (e.im2col(image, map_type<T>(), rank, const_cast<char*>(p.x), dims, strides, lower, upper,
+               BKE, kTmaBM, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return false;
+  const cuuint64_t rows_dims[2] = {static_cast<cuuint64_t>(p.Kg),
+                                   static_cast<cuuint64_t>(groups * p.Og)};
+  const cuuint64_t rows_strides[1] = {static_cast<cuuint64_t>(p.Kg) * sizeof(T)};
+  const cuuint32_t box[2] = {BKE, static_cast<cuuint32_t>(BN)};
+  const cuuint32_t ones[2] = {1, 1};
+  return e.tiled(filter, map_type<T>(), 2, const_cast<char*>(p.w), rows_dims, rows_strides, box,
+                 ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, typename TY, int BN, int STAGES>
+cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
+  CUtensorMap image, filter;
+  if (!encode_maps<T, BN>(p, groups, &image, &filter)) return cudaErrorNotSupported;
+  constexpr int bytes = tma_shared_bytes<BN, STAGES>();
+  auto kernel = implicit_conv_tma_kernel<T, TY, BN, STAGES>;
+  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>((p.m_total + kTmaBM - 1) / kTmaBM),
+                  static_cast<unsigned>((p.Og + BN - 1) / BN),
+                  static_cast<unsigned>(groups * p.splits));
+  kernel<<<grid, kTmaThreads, bytes, stream>>>(p, image, filter);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 // Tiles: the widest the output channels fill whose grid still covers every
 // multiprocessor once (one block each: the rings take most of the shared
-// memory), else the smallest.
+// memory), else the smallest. Split reductions keep 128 x 64 tiles (the
+// plan in Python counts them).
 template <typename T, typename TY>
 cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream) {
 #ifndef JAX_IM2COL_SM90A
@@ -175,11 +378,21 @@ cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cu
     return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
   };
   const int64_t want = multiprocessors;
-  if (p.splits > 1) return launch<T, TY, 64, 2, 6>(p, groups, stream);
-  if (p.Og > 128 && blocks(128, 256) >= want) return launch<T, TY, 256, 2, 4>(p, groups, stream);
-  if (p.Og > 64 && blocks(128, 128) >= want) return launch<T, TY, 128, 2, 5>(p, groups, stream);
-  if (blocks(128, 64) >= want) return launch<T, TY, 64, 2, 6>(p, groups, stream);
-  return launch<T, TY, 64, 1, 6>(p, groups, stream);
+  if (tma_applies<T>(p)) {
+    cudaError_t e;
+    if (p.splits == 1 && p.Og > 128 && blocks(128, 256) >= want)
+      e = launch_tma<T, TY, 256, 4>(p, groups, stream);
+    else if (p.splits == 1 && p.Og > 64 && blocks(128, 128) >= want)
+      e = launch_tma<T, TY, 128, 6>(p, groups, stream);
+    else
+      e = launch_tma<T, TY, 64, 8>(p, groups, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  if (p.splits > 1) return launch_gather<T, TY, 64, 2, 6>(p, groups, stream);
+  if (p.Og > 128 && blocks(128, 256) >= want) return launch_gather<T, TY, 256, 2, 4>(p, groups, stream);
+  if (p.Og > 64 && blocks(128, 128) >= want) return launch_gather<T, TY, 128, 2, 5>(p, groups, stream);
+  if (blocks(128, 64) >= want) return launch_gather<T, TY, 64, 2, 6>(p, groups, stream);
+  return launch_gather<T, TY, 64, 1, 6>(p, groups, stream);
 #endif
 }
 

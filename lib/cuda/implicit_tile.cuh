@@ -42,6 +42,8 @@ struct Params {
   FastDiv kernel_w, kernel_h;  // tap -> coordinates
   FastDiv cg_div;             // kk -> (tap, channel)
   int32_t C, Cg, O, Og, Kg;   // Kg = taps * Cg, the reduction length
+  int32_t nd, images;         // spatial dimensions (1-3) and images of the call
+  int32_t out[3], kernel[3];  // output and window extents (3-D view)
   bool y_cl, y_pairs;
   int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
   float* partials;  // where the parts go when splits > 1
