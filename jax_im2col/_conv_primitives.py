@@ -296,11 +296,11 @@ def _ampere_or_newer():
 
 
 @functools.lru_cache(maxsize=None)
-def implicit_truncates_tf32():
-  """Whether the implicit GEMM multiplies float32 operands truncated to TF32
-  (the wgmma kernel: compute capability 9.0 and a module built for sm_90a, as
-  cuBLAS's and cuDNN's Hopper kernels do) rather than rounded to nearest (the
-  mma.sync kernel)."""
+def _hopper_kernels():
+  """Whether the implicit GEMM runs its Hopper kernels (implicit_gemm_sm90.cu):
+  every visible CUDA device of compute capability 9.0 and a module built for
+  sm_90a. False with no GPU: lowering for CUDA on a machine without one shows
+  the Ampere plan."""
   if _ffi._cuda is None or not _ffi._cuda.hopper_kernels():
     return False
   try:
@@ -308,6 +308,13 @@ def implicit_truncates_tf32():
   except RuntimeError:
     return False
   return bool(devices) and all(getattr(d, "compute_capability", "") == "9.0" for d in devices)
+
+
+def implicit_truncates_tf32():
+  """Whether the implicit GEMM multiplies float32 operands truncated to TF32
+  (the Hopper kernels, as cuBLAS's and cuDNN's Hopper kernels do) rather than
+  rounded to nearest (the mma.sync kernel)."""
+  return _hopper_kernels()
 
 
 def _implicit(spec, dtype, c, o, *, input_gradient=False):
@@ -334,21 +341,30 @@ def _implicit(spec, dtype, c, o, *, input_gradient=False):
           and max(c, o) < _INT32_LIMIT)
 
 
-# Where the implicit GEMM is faster than im2col + cuBLAS (BENCHMARKS.md, step
-# 18): up to this many channels per group in the image it reads, and for
-# channels-first half types with fewer output positions per image than
-# _IMPLICIT_CF_POSITIONS (there the GEMM path's per-image products are thin).
+# Where the implicit GEMM is faster than im2col + cuBLAS. The mma.sync kernel
+# (BENCHMARKS.md, step 18): up to this many channels per group in the image it
+# reads, and for channels-first half types with fewer output positions per
+# image than _IMPLICIT_CF_POSITIONS (there the GEMM path's per-image products
+# are thin). The Hopper kernels (step 21): everywhere but channels-last calls
+# with over _HOPPER_GEMM_CHANNELS channels per group whose 128 x 64 output
+# tiles do not fill the GPU once (cuBLAS splits those reductions better).
 IMPLICIT_MAX_CHANNELS = 128
 _IMPLICIT_CF_POSITIONS = 2048
+_HOPPER_GEMM_CHANNELS = 256
 
 
-def use_implicit(spec, dtype, c, o, positions, *, input_gradient=False):
+def use_implicit(spec, dtype, c, o, positions, *, input_gradient=False, images=1):
   """Whether the CUDA lowering takes the implicit GEMM: where it applies
   (_implicit) and is the faster path. positions: output positions per image
-  of the call (the input's for the input gradient)."""
+  of the call (the input's for the input gradient), of `images` images."""
   if not _implicit(spec, dtype, c, o, input_gradient=input_gradient):
     return False
   channels = (o if input_gradient else c) // spec.groups
+  if _hopper_kernels():
+    out_channels = (c if input_gradient else o) // spec.groups
+    tiles = -(-images * positions // 128) * -(-out_channels // 64) * spec.groups
+    return not (spec.channels_last and channels > _HOPPER_GEMM_CHANNELS
+                and tiles < _multiprocessors())
   return channels <= IMPLICIT_MAX_CHANNELS or (
       not spec.channels_last and np.dtype(dtype) in _HALF and positions < _IMPLICIT_CF_POSITIONS)
 
@@ -440,7 +456,7 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   c, o = _channels(spec, xa, ya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
-  if use_implicit(spec, xa.dtype, c, o, _positions(ya, spec)):
+  if use_implicit(spec, xa.dtype, c, o, _positions(ya, spec), images=xa.shape[0]):
     wa = ctx.avals_in[1]
     filter_bytes = 0 if spec.channels_last else wa.size * np.dtype(wa.dtype).itemsize
     return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
@@ -457,7 +473,8 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   c, o = _channels(spec, dxa, dya)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
-  if use_implicit(spec, dya.dtype, c, o, _positions(dxa, spec), input_gradient=True):
+  if use_implicit(spec, dya.dtype, c, o, _positions(dxa, spec), input_gradient=True,
+                  images=dya.shape[0]):
     wa = ctx.avals_in[1]
     return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya, out_aval=dxa,
                           filter_bytes=wa.size * np.dtype(wa.dtype).itemsize)

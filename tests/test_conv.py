@@ -397,7 +397,11 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
 # (the two 190 x 190 cases take 128 x 128 and 128 x 64, the rest 64 x 64) and
 # split reductions, partial tiles in both dimensions, reductions of one to 72
 # k-tiles, an odd channel count (scalar stores, and an input gradient that
-# takes im2col + GEMM), groups, 1-D to 3-D, strides and dilations.
+# takes im2col + GEMM), groups, 1-D to 3-D, strides and dilations. On Hopper,
+# cases whose channels per group fill whole 128-byte k-tiles (32 float32, 64
+# half: 2d-s2-dil in float32, 2d-grouped, 2d-split-k and the *-tma cases) take
+# the TMA kernel, with asymmetric padding, strides and dilations in 1-D to 3-D
+# (the im2col box's corners and the taps' displacements per dimension).
 IMPLICIT_CASES = {
     "2d-3x3": dict(n=2, c=16, o=24, groups=1, spatial=(11, 13), kernel=(3, 3), strides=(1, 1),
                    padding="SAME", rhs_dilation=(1, 1)),
@@ -417,6 +421,10 @@ IMPLICIT_CASES = {
     # types; the float32 input gradient into 2).
     "2d-split-k": dict(n=2, c=128, o=72, groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1),
                        padding="SAME", rhs_dilation=(1, 1)),
+    "1d-tma": dict(n=3, c=64, o=48, groups=1, spatial=(300,), kernel=(3,), strides=(2,),
+                   padding=((2, 1),), rhs_dilation=(2,)),
+    "3d-tma": dict(n=2, c=64, o=40, groups=1, spatial=(6, 9, 8), kernel=(3, 2, 3),
+                   strides=(1, 1, 1), padding=((1, 1), (0, 1), (2, 0)), rhs_dilation=(1, 2, 1)),
 }
 
 

@@ -171,8 +171,8 @@ constexpr int tma_shared_bytes() {
          row_bytes<kTmaBM>();
 }
 
-template <typename T, typename TY, int BN, int STAGES>
-__global__ void __launch_bounds__(kTmaThreads, 1)
+template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
+__global__ void __launch_bounds__(kTmaThreads, MIN_BLOCKS)
 implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap image_map,
                          const __grid_constant__ CUtensorMap filter_map) {
 #ifdef IM2COL_WGMMA
@@ -346,12 +346,16 @@ bool encode_maps(const Params& p, int64_t groups, CUtensorMap* image, CUtensorMa
                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, typename TY, int BN, int STAGES>
+// MIN_BLOCKS per multiprocessor: where the ring is short enough for two, one
+// block's start (the first copies' latency) and end (the stores) overlap the
+// other's multiplies.
+template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
 cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
   CUtensorMap image, filter;
   if (!encode_maps<T, BN>(p, groups, &image, &filter)) return cudaErrorNotSupported;
   constexpr int bytes = tma_shared_bytes<BN, STAGES>();
-  auto kernel = implicit_conv_tma_kernel<T, TY, BN, STAGES>;
+  static_assert(MIN_BLOCKS * tma_shared_bytes<BN, STAGES>() <= 227 * 1024, "shared memory");
+  auto kernel = implicit_conv_tma_kernel<T, TY, BN, STAGES, MIN_BLOCKS>;
   if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess)
     return e;
@@ -365,9 +369,8 @@ cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
 }  // namespace
 
 // Tiles: the widest the output channels fill whose grid still covers every
-// multiprocessor once (one block each: the rings take most of the shared
-// memory), else the smallest. Split reductions keep 128 x 64 tiles (the
-// plan in Python counts them).
+// multiprocessor once, else the smallest. Split reductions keep 128 x 64
+// tiles (the plan in Python counts them).
 template <typename T, typename TY>
 cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream) {
 #ifndef JAX_IM2COL_SM90A
@@ -381,11 +384,11 @@ cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cu
   if (tma_applies<T>(p)) {
     cudaError_t e;
     if (p.splits == 1 && p.Og > 128 && blocks(128, 256) >= want)
-      e = launch_tma<T, TY, 256, 4>(p, groups, stream);
+      e = launch_tma<T, TY, 256, 4, 1>(p, groups, stream);
     else if (p.splits == 1 && p.Og > 64 && blocks(128, 128) >= want)
-      e = launch_tma<T, TY, 128, 6>(p, groups, stream);
+      e = launch_tma<T, TY, 128, 3, 2>(p, groups, stream);
     else
-      e = launch_tma<T, TY, 64, 8>(p, groups, stream);
+      e = launch_tma<T, TY, 64, 4, 2>(p, groups, stream);
     if (e != cudaErrorNotSupported) return e;
   }
   if (p.splits > 1) return launch_gather<T, TY, 64, 2, 6>(p, groups, stream);
