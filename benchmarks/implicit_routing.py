@@ -31,8 +31,8 @@ def routed(path):
   applies, "gemm" never."""
   original = _conv_primitives.use_implicit
   if path == "implicit":
-    _conv_primitives.use_implicit = lambda spec, dtype, c, o, positions, **kw: (
-        _conv_primitives._implicit(spec, dtype, c, o, **kw))
+    _conv_primitives.use_implicit = lambda spec, dtype, c, o, positions, input_gradient=False, \
+        images=1: _conv_primitives._implicit(spec, dtype, c, o, input_gradient=input_gradient)
   elif path == "gemm":
     _conv_primitives.use_implicit = lambda *a, **kw: False
   try:
