@@ -248,6 +248,7 @@ def _plan(ctx, spec, image_aval, y_aval, *, columns, transposed_dy, accumulator)
 ALGORITHM_GEMM = 0
 ALGORITHM_DIRECT = 1
 ALGORITHM_IMPLICIT = 2
+ALGORITHM_PACKED = 3  # the implicit GEMM on packed groups (_packed)
 # Small groups take the scalar direct kernels up to this many filter taps per
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
@@ -315,6 +316,38 @@ def implicit_truncates_tf32():
   (the Hopper kernels, as cuBLAS's and cuDNN's Hopper kernels do) rather than
   rounded to nearest (the mma.sync kernel)."""
   return _hopper_kernels()
+
+
+# Small groups packed for the implicit GEMM on Hopper (packed_groups in
+# lib/cuda/conv.cu): consecutive groups whose image channels make
+# _PACKED_CHANNELS become one group with a block-diagonal filter, so that the
+# TMA kernel takes whole runs of channels; at most _MAX_PACK of them (the
+# arithmetic grows by the factor; BENCHMARKS.md, step 23).
+_PACKED_CHANNELS = 64
+_MAX_PACK = 8
+
+
+def _packed(spec, dtype, c, o, *, input_gradient=False):
+  """The packing factor for a grouped convolution on Hopper, or 0: float16 /
+  bfloat16 or float32 at DEFAULT precision, no lhs dilation (for the input
+  gradient, unit strides), 8 to 32 image channels per group dividing 64, and
+  groups a multiple of the factor."""
+  dtype = np.dtype(dtype)
+  if spec.groups == 1 or not (dtype in _HALF or (dtype == np.float32
+                                                 and spec.precision == PRECISION_DEFAULT)):
+    return 0
+  w = spec.window
+  if any(d != 1 for d in w.lhs_dilation) or (input_gradient and any(s != 1 for s in w.stride)):
+    return 0
+  cg = (o if input_gradient else c) // spec.groups
+  if cg >= _PACKED_CHANNELS or _PACKED_CHANNELS % cg:
+    return 0
+  pack = _PACKED_CHANNELS // cg
+  if pack > _MAX_PACK or spec.groups % pack or spec.groups // pack > _MAX_GROUPS_IMPLICIT:
+    return 0
+  if max(c, o) * w.kernel_size * pack >= _INT32_LIMIT or not _hopper_kernels():
+    return 0
+  return pack
 
 
 def _implicit(spec, dtype, c, o, *, input_gradient=False):
@@ -397,7 +430,7 @@ def implicit_splits(*, m, og, o, groups, reduction_bytes, limit):
   return max(1, splits)
 
 
-def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_bytes):
+def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_bytes, pack=1):
   """image_aval / out_aval: the image the kernel reads and the one it writes;
   channels-first input is made channels-last in chunks of images under the
   workspace cap."""
@@ -411,13 +444,14 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_byte
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
   m = images * _positions(out_aval, spec)
-  splits = implicit_splits(m=m, og=o // spec.groups, o=o, groups=spec.groups,
-                           reduction_bytes=c_in // spec.groups * spec.window.kernel_size * item,
+  groups = spec.groups // pack
+  splits = implicit_splits(m=m, og=o // groups, o=o, groups=groups,
+                           reduction_bytes=c_in // groups * spec.window.kernel_size * item,
                            limit=spec.workspace_limit)
   partials = splits * m * o * 4 if splits > 1 else 0
   return _cuda_call(target, ctx, a, b, spec, images=images, positions=splits,
                     workspace_bytes=max(1, align(filter_bytes) + align(image_bytes) + align(partials)),
-                    algorithm=ALGORITHM_IMPLICIT)
+                    algorithm=ALGORITHM_PACKED if pack > 1 else ALGORITHM_IMPLICIT)
 
 
 def _positions(image_aval, spec):
@@ -454,6 +488,11 @@ def _direct_call(target, ctx, a, b, spec):
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, xa, ya)
+  pack = _packed(spec, xa.dtype, c, o)
+  if pack:
+    wa = ctx.avals_in[1]
+    return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
+                          filter_bytes=pack * wa.size * np.dtype(wa.dtype).itemsize, pack=pack)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
   if use_implicit(spec, xa.dtype, c, o, _positions(ya, spec), images=xa.shape[0]):
@@ -471,6 +510,12 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
+  pack = _packed(spec, dya.dtype, c, o, input_gradient=True)
+  if pack:
+    wa = ctx.avals_in[1]
+    return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
+                          out_aval=dxa, filter_bytes=pack * wa.size * np.dtype(wa.dtype).itemsize,
+                          pack=pack)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   if use_implicit(spec, dya.dtype, c, o, _positions(dxa, spec), input_gradient=True,

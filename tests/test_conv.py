@@ -428,8 +428,8 @@ IMPLICIT_CASES = {
 }
 
 
-def implicit_config(name, layout):
-  case = IMPLICIT_CASES[name]
+def implicit_config(name, layout, cases=IMPLICIT_CASES):
+  case = cases[name]
   nd, groups = len(case["spatial"]), case["groups"]
   specs = layout_specs(layout, nd)
   dn = lax.conv_dimension_numbers((1,) * (nd + 2), (1,) * (nd + 2), specs)
@@ -523,6 +523,107 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
     exact_dx = on_cpu(lambda x, w, ct: reference(x, w, ct)[1],
                       *(np.asarray(a, np.float64) for a in (x, w, ct)))
     assert_close(dx, exact_dx.astype(np.float32), 2.0 ** -9, dtype=dtype)
+
+
+# Grouped convolutions whose groups pack into 64-channel groups on Hopper
+# (_packed, packed_groups in lib/cuda/conv.cu): ResNeXt's 8 channels per group
+# (8 groups packed into one), 32 per group in 1-D with a stride (the input
+# gradient then takes im2col + GEMM), and 16 in / 8 out per group in 3-D (4
+# groups packed for the forward, 8 for the input gradient).
+PACKED_CASES = {
+    "2d-resnext": dict(n=2, c=64, o=64, groups=8, spatial=(10, 9), kernel=(3, 3), strides=(1, 1),
+                       padding="SAME", rhs_dilation=(1, 1)),
+    "1d-g2-s2": dict(n=3, c=64, o=48, groups=2, spatial=(40,), kernel=(5,), strides=(2,),
+                     padding=((2, 1),), rhs_dilation=(1,)),
+    "3d-g16": dict(n=1, c=256, o=128, groups=16, spatial=(4, 5, 6), kernel=(3, 3, 3),
+                   strides=(1, 1, 1), padding="SAME", rhs_dilation=(1, 2, 1)),
+}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(PACKED_CASES))
+def test_packed_groups_against_float64(platform, layout, dtype, name):
+  """Grouped convolutions at DEFAULT precision, forward and input gradient,
+  against float64. Where the GPU packs the groups (Hopper), on the operands
+  the multiplier sees (float32 truncated to TF32; the zeros between packed
+  groups add nothing) within float32 accumulation; float32 on other GPU paths
+  (direct kernels, cuBLAS in TF32) against exact operands within TF32's error;
+  half types as they are, within the output's rounding."""
+  case, cfg = PACKED_CASES[name], implicit_config(name, layout, PACKED_CASES)
+  dtype = np.dtype(dtype)
+  spec = _implicit_spec(case, layout, dtype)
+  on_gpu = platform == "gpu"
+  packed = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"]) > 0
+  packed_dx = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"],
+                                                  input_gradient=True) > 0
+  if on_gpu and _conv_primitives._hopper_kernels():
+    assert packed and packed_dx == all(s == 1 for s in case["strides"])
+  kw = cfg["kwargs"]
+  x, w = operands(cfg, 7, dtype)
+  with on_platform(platform):
+    y32 = conv(x, w, preferred_element_type=np.float32, **kw)
+    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
+    ct = jnp.asarray(np.random.default_rng(8).standard_normal(y.shape), dtype)
+    (dx,) = vjp(ct)
+
+  def reference(x, w, ct):
+    ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)
+    return ref, vjp_ref(ct)[0]
+
+  exact = on_cpu(reference, *(np.asarray(a, np.float64) for a in (x, w, ct)))
+  if dtype in UNIT_ROUNDOFF:
+    assert_close(y32, exact[0].astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
+    assert_close(y, exact[0].astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+    assert_close(dx, exact[1].astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+    return
+  truncated = on_cpu(reference, *(truncate_to_tf32(a).astype(np.float64) for a in (x, w, ct)))
+  for actual, ref_exact, ref_truncated, was_packed in ((y32, exact[0], truncated[0], packed),
+                                                       (y, exact[0], truncated[0], packed),
+                                                       (dx, exact[1], truncated[1], packed_dx)):
+    if was_packed:
+      assert_close(actual, ref_truncated.astype(np.float32), 1e-5, dtype=dtype)
+    else:
+      assert_close(actual, ref_exact.astype(np.float32), 1e-5 if not on_gpu else 2.0 ** -9,
+                   dtype=dtype)
+
+
+def test_packed_groups_plan(monkeypatch):
+  """The CUDA lowering on Hopper packs small groups (algorithm 3) for the
+  forward and the unit-stride input gradient, with pack times the filter in
+  its workspace; never beyond 8 groups a pack, at HIGHEST, or for the filter
+  gradient."""
+  monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: True)
+
+  def plan(groups, c=64, o=64, precision=None, strides=(1, 1), dtype=jnp.float32):
+    xs = jax.ShapeDtypeStruct((4, c, 12, 12), dtype)
+    ws = jax.ShapeDtypeStruct((o, c // groups, 3, 3), dtype)
+    loss = lambda x, w: jnp.sum(conv(x, w, window_strides=strides, padding="SAME",
+                                     feature_group_count=groups, precision=precision) ** 2)
+    text = _cuda_text(jax.value_and_grad(loss, (0, 1)), xs, ws)
+    found = []
+    for target in ("forward", "backward_data", "backward_filter"):
+      calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
+      assert len(calls) == 1, calls
+      found.append(int(calls[0].split("algorithm = ")[1].split(" ")[0]))
+    return tuple(found)
+
+  assert plan(8) == (3, 3, 1)                          # 8 x 8 channels: one pack
+  assert plan(8, dtype=jnp.bfloat16) == (3, 3, 1)
+  assert plan(2, c=64, o=32) == (3, 2, 0)              # 32 in (2 a pack), 16 out (4: 2 groups)
+  assert plan(8, strides=(2, 2)) == (3, 1, 1)          # the input gradient has lhs dilation
+  assert plan(8, precision=HIGHEST) == (1, 1, 1)       # full float32: direct kernels
+  assert plan(16) == (1, 1, 1)                         # 4 channels per group: 16 a pack
+  assert plan(6, c=48, o=48) == (1, 1, 1)              # 8 x 6 groups: 6 is no multiple of 8
+  assert plan(1) == (2, 2, 0)                          # no groups: the implicit GEMM
+  x = jax.ShapeDtypeStruct((4, 64, 12, 12), jnp.float32)
+  w = jax.ShapeDtypeStruct((64, 8, 3, 3), jnp.float32)
+  text = _cuda_text(lambda x, w: conv(x, w, (1, 1), "SAME", feature_group_count=8), x, w)
+  call = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_forward(" in l][0]
+  workspace = int(call.split("tensor<")[-1].split("xui8>")[0])
+  filter_bytes, image_bytes = 8 * 64 * 8 * 9 * 4, 4 * 64 * 144 * 4
+  assert workspace >= filter_bytes + image_bytes
 
 
 def test_implicit_gemm_algorithm_choice():

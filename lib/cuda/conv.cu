@@ -152,12 +152,33 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // --- shapes ----------------------------------------------------------------
 
 // algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h), 2 the
-// implicit GEMM (implicit_gemm.h, forward and input gradient); for the direct
+// implicit GEMM (implicit_gemm.h, forward and input gradient), 3 the implicit
+// GEMM on packed groups (packed_groups below); for the direct
 // filter gradient, chunk_positions is the output rows per slice
 // (FilterSlices); for the implicit GEMM, chunk_images is the images made
 // channels-last at once and chunk_positions the parts its reduction is split
 // into (ImplicitConv::splits).
-enum Algorithm : int64_t { kAlgorithmGemm = 0, kAlgorithmDirect = 1, kAlgorithmImplicit = 2 };
+enum Algorithm : int64_t {
+  kAlgorithmGemm = 0,
+  kAlgorithmDirect = 1,
+  kAlgorithmImplicit = 2,
+  kAlgorithmPacked = 3
+};
+
+// Small groups packed for the implicit GEMM: `pack` consecutive groups whose
+// image channels together make kPackedChannels become one group with a
+// block-diagonal filter (zeros between the packed groups), so that each
+// k-tile is a whole run of channels (the Hopper TMA kernel). pack times the
+// arithmetic, none of the columns. Mirrored by _packed() in
+// jax_im2col/_conv_primitives.py.
+constexpr int64_t kPackedChannels = 64;
+
+// The packing factor of groups with `image_cg` image channels each, or 0.
+int64_t packed_groups(int64_t image_cg, int64_t groups) {
+  if (image_cg < 1 || image_cg >= kPackedChannels || kPackedChannels % image_cg != 0) return 0;
+  const int64_t pack = kPackedChannels / image_cg;
+  return groups % pack == 0 ? pack : 0;
+}
 
 struct ConvAttrs {
   WindowAttrs window;
@@ -198,7 +219,7 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmImplicit)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmPacked)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
@@ -297,12 +318,12 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
 // kernel's layout. A channels-first image is made channels-last a chunk of
 // images at a time in the workspace; the kernel writes either layout.
 ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void* out,
-                        int64_t c_out, const Geometry& g, const ConvShapes& s, const ConvAttrs& a,
-                        DataType in, DataType out_type, char* chunk, float* partials,
-                        cudaStream_t stream) {
+                        int64_t c_out, int64_t groups, const Geometry& g, const ConvShapes& s,
+                        const ConvAttrs& a, DataType in, DataType out_type, char* chunk,
+                        float* partials, cudaStream_t stream) {
   const int64_t N = s.image.n, splits = a.chunk_positions;
   if (s.cl)
-    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, s.G, true, splits, partials},
+    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, groups, true, splits, partials},
                                     g, in, out_type, stream),
                       "implicit GEMM");
   const size_t e = ffi::ByteWidth(in), eo = ffi::ByteWidth(out_type);
@@ -315,8 +336,8 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void*
         err.failure())
       return err;
     void* part = static_cast<char*>(out) + n0 * c_out * g.out_size * eo;
-    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, s.G, false, splits,
-                                             partials},
+    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, groups, false,
+                                             splits, partials},
                                             g, in, out_type, stream),
                               "implicit GEMM");
         err.failure())
@@ -342,28 +363,30 @@ ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, const ConvSh
   return static_cast<char*>(ws.untyped_data());
 }
 
+// pack: groups packed into one (packed_groups), 1 for none.
 ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
                             ffi::AnyBuffer& y, const ffi::AnyBuffer& workspace, const ConvShapes& s,
-                            const ConvAttrs& a) {
+                            const ConvAttrs& a, int64_t pack) {
   const DataType in = x.element_type();
-  if (!implicit_applies(in, a.precision == 0, s.g, s.Cg, s.G))
+  if (pack < 1 || !implicit_applies(in, a.precision == 0, s.g, s.Cg * pack, s.G / pack))
     return ffi::Error::InvalidArgument("conv_forward: the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
+  const bool relayout = !s.cl || pack > 1;
   ImplicitWorkspace plan;
-  auto ws = implicit_workspace_of(workspace, s, a, s.cl ? 0 : s.O * s.CgK * e,
+  auto ws = implicit_workspace_of(workspace, s, a, relayout ? pack * s.O * s.CgK * e : 0,
                                   s.image.c * s.g.in_size, e, s.O, s.g.out_size, &plan);
   if (ws.has_error()) return ws.error();
   const void* rows = w.untyped_data();
-  if (!s.cl) {  // (O, Cg, K) -> (O, K, Cg)
+  if (relayout) {  // (O, Cg, K) -> (O, K, Cg), packed block-diagonally
     rows = *ws + plan.filter;
-    if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, false, s.G,
-                                              s.Og, s.Cg, s.g.kernel_size, false, stream),
+    if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G,
+                                              s.Og, s.Cg, s.g.kernel_size, false, pack, stream),
                               "filter layout");
         err.failure())
       return err;
   }
-  return implicit_run(x.untyped_data(), s.image.c, rows, y.untyped_data(), s.O, s.g, s, a, in,
-                      y.element_type(), *ws + plan.image,
+  return implicit_run(x.untyped_data(), s.image.c, rows, y.untyped_data(), s.O, s.G / pack, s.g, s,
+                      a, in, y.element_type(), *ws + plan.image,
                       reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
@@ -373,24 +396,24 @@ ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const 
 ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
                                   const ffi::AnyBuffer& w, ffi::AnyBuffer& dx,
                                   const ffi::AnyBuffer& workspace, const ConvShapes& s,
-                                  const ConvAttrs& a) {
+                                  const ConvAttrs& a, int64_t pack) {
   const DataType in = dy.element_type();
   Geometry t;
-  if (!transposed_geometry(s.g, &t) || t.any_lhs_dilation ||
-      !implicit_applies(in, a.precision == 0, t, s.Og, s.G))
+  if (pack < 1 || !transposed_geometry(s.g, &t) || t.any_lhs_dilation ||
+      !implicit_applies(in, a.precision == 0, t, s.Og * pack, s.G / pack))
     return ffi::Error::InvalidArgument("conv_backward_data: the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
   ImplicitWorkspace plan;
-  auto ws = implicit_workspace_of(workspace, s, a, s.O * s.CgK * e, s.O * t.in_size, e,
+  auto ws = implicit_workspace_of(workspace, s, a, pack * s.O * s.CgK * e, s.O * t.in_size, e,
                                   s.image.c, t.out_size, &plan);
   if (ws.has_error()) return ws.error();
   if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G, s.Og,
-                                            s.Cg, s.g.kernel_size, true, stream),
+                                            s.Cg, s.g.kernel_size, true, pack, stream),
                             "filter layout");
       err.failure())
     return err;
-  return implicit_run(dy.untyped_data(), s.O, *ws + plan.filter, dx.untyped_data(), s.image.c, t,
-                      s, a, in, dx.element_type(), *ws + plan.image,
+  return implicit_run(dy.untyped_data(), s.O, *ws + plan.filter, dx.untyped_data(), s.image.c,
+                      s.G / pack, t, s, a, in, dx.element_type(), *ws + plan.image,
                       reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
@@ -406,7 +429,13 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit) return implicit_forward(stream, x, w, *y, *workspace, s, a);
+  if (a.algorithm == kAlgorithmImplicit)
+    return implicit_forward(stream, x, w, *y, *workspace, s, a, 1);
+  if (a.algorithm == kAlgorithmPacked) {
+    const int64_t pack = packed_groups(s.Cg, s.G);
+    if (pack == 0) return ffi::Error::InvalidArgument("conv_forward: the groups do not pack");
+    return implicit_forward(stream, x, w, *y, *workspace, s, a, pack);
+  }
   if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
                                      out, s.g, direct_shapes(s), stream),
@@ -467,7 +496,12 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
   if (a.algorithm == kAlgorithmImplicit)
-    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a);
+    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a, 1);
+  if (a.algorithm == kAlgorithmPacked) {
+    const int64_t pack = packed_groups(s.Og, s.G);
+    if (pack == 0) return ffi::Error::InvalidArgument("conv_backward_data: the groups do not pack");
+    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a, pack);
+  }
   if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(),
                                            in, s.g, direct_shapes(s), stream),
@@ -523,7 +557,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const DataType in = x.element_type(), out = dw->element_type();
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit)
+  if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return ffi::Error::InvalidArgument("conv_backward_filter: no implicit GEMM");
   if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);

@@ -34,16 +34,26 @@ __global__ void to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c
   }
 }
 
+// Element e of the (packed) rows: (packed group, row, tap, position in row),
+// the row and position splitting into (which packed group, index in it).
 template <typename T>
 __global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDiv inner,
-                                       FastDiv taps, FastDiv rows, int32_t og, int32_t cg,
+                                       FastDiv taps, FastDiv rows, FastDiv group_inner,
+                                       FastDiv group_rows, int32_t pack, int32_t og, int32_t cg,
                                        bool w_cl, bool input_gradient) {
   const int32_t K = static_cast<int32_t>(taps.d);
   for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
-    int32_t t, s, k, r, g;
+    int32_t t, s, k, r, gp, pr, ps;
     inner.divmod(e, t, s);
     taps.divmod(t, t, k);
-    rows.divmod(t, g, r);
+    rows.divmod(t, gp, r);
+    group_rows.divmod(r, pr, r);
+    group_inner.divmod(s, ps, s);
+    if (pr != ps) {  // off the diagonal of a packed group
+      out[e] = T{};
+      continue;
+    }
+    const int32_t g = gp * pack + pr;
     const int32_t o = input_gradient ? s : r, ch = input_gradient ? r : s;
     const int32_t kk = input_gradient ? K - 1 - k : k;
     const int64_t row = static_cast<int64_t>(g) * og + o;
@@ -71,8 +81,9 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
 
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
                             int64_t groups, int64_t og, int64_t cg, int64_t taps,
-                            bool input_gradient, cudaStream_t stream) {
-  const int64_t total = groups * og * cg * taps;
+                            bool input_gradient, int64_t pack, cudaStream_t stream) {
+  if (pack < 1 || groups % pack != 0) return cudaErrorInvalidValue;
+  const int64_t total = pack * groups * og * cg * taps;
   if (total == 0) return cudaSuccess;
   if (total >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
@@ -80,8 +91,9 @@ cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_
     using T = decltype(tag);
     implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(w), static_cast<T*>(out), static_cast<int32_t>(total),
-        FastDiv(inner), FastDiv(taps), FastDiv(rows), static_cast<int32_t>(og),
-        static_cast<int32_t>(cg), w_channels_last, input_gradient);
+        FastDiv(pack * inner), FastDiv(taps), FastDiv(pack * rows), FastDiv(inner), FastDiv(rows),
+        static_cast<int32_t>(pack), static_cast<int32_t>(og), static_cast<int32_t>(cg),
+        w_channels_last, input_gradient);
     return cudaGetLastError();
   });
 }

@@ -19,8 +19,11 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
 // (O, K, Cg) channels-last, O = groups * og:
 //   forward:        out (groups * og, K, cg),  out[g, o, k, c] = w[g * og + o, c, k]
 //   input gradient: out (groups * cg, K, og),  out[g, c, k, o] = w[g * og + o, c, K - 1 - k]
+// With pack > 1, every `pack` consecutive groups become one of pack times the
+// rows and row length, their filters on the diagonal and zeros elsewhere
+// (pack times the size).
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
                             int64_t groups, int64_t og, int64_t cg, int64_t taps,
-                            bool input_gradient, cudaStream_t stream);
+                            bool input_gradient, int64_t pack, cudaStream_t stream);
 
 }  // namespace im2col::cuda
