@@ -1,9 +1,10 @@
-// Convolution as an implicit GEMM on tensor cores (implicit_gemm.cu): the
-// im2col columns are never written; each block gathers its tile of them from
-// the channels-last image straight into shared memory (cp.async, zeros for
-// padding) and multiplies it with the filter rows by mma.sync. Half types
-// multiply in their own precision, float32 as TF32 (XLA's DEFAULT); all
-// accumulate in float32.
+// Convolution as an implicit GEMM on tensor cores: the im2col columns are
+// never written; each block gathers its tile of them from the channels-last
+// image straight into shared memory (zeros for padding) and multiplies it
+// with the filter rows: by mma.sync after cp.async copies (implicit_gemm.cu,
+// Ampere and newer), or on Hopper by wgmma after TMA im2col copies or cp.async
+// (implicit_gemm_sm90.cu). Half types multiply in their own precision, float32
+// as TF32 (XLA's DEFAULT); all accumulate in float32.
 //
 // The GEMM, per group g:  y[m, o] = sum_kk x_cols[m, kk] * w[g * Og + o, kk]
 //   m  = (image, output position)     kk = (tap, input channel of the group)
