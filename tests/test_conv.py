@@ -468,6 +468,19 @@ def _implicit_spec(case, layout, dtype):
                                    lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]))
 
 
+def forward_and_input_gradient(platform, cfg, dtype, seed):
+  """On `platform`: the operands, a random cotangent, y at float32
+  (preferred_element_type), y, and the input gradient for the cotangent."""
+  kw = cfg["kwargs"]
+  x, w = operands(cfg, seed, dtype)
+  with on_platform(platform):
+    y32 = conv(x, w, preferred_element_type=np.float32, **kw)
+    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
+    ct = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(y.shape), dtype)
+    (dx,) = vjp(ct)
+  return x, w, ct, y32, y, dx
+
+
 # The rounding of a half-type output.
 UNIT_ROUNDOFF = {np.dtype(jnp.bfloat16): 2.0 ** -8, np.dtype(np.float16): 2.0 ** -11}
 
@@ -493,12 +506,7 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   implicit_dx = _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"],
                                               int(np.prod(case["spatial"])), input_gradient=True)
   kw = cfg["kwargs"]
-  x, w = operands(cfg, 5, dtype)
-  with on_platform(platform):
-    y32 = conv(x, w, preferred_element_type=np.float32, **kw)
-    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
-    ct = jnp.asarray(np.random.default_rng(6).standard_normal(y.shape), dtype)
-    (dx,) = vjp(ct)
+  x, w, ct, y32, y, dx = forward_and_input_gradient(platform, cfg, dtype, 5)
   tf32 = platform == "gpu" and dtype == np.float32
   if tf32:
     seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
@@ -561,12 +569,7 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   if on_gpu and _conv_primitives._hopper_kernels():
     assert packed and packed_dx == all(s == 1 for s in case["strides"])
   kw = cfg["kwargs"]
-  x, w = operands(cfg, 7, dtype)
-  with on_platform(platform):
-    y32 = conv(x, w, preferred_element_type=np.float32, **kw)
-    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
-    ct = jnp.asarray(np.random.default_rng(8).standard_normal(y.shape), dtype)
-    (dx,) = vjp(ct)
+  x, w, ct, y32, y, dx = forward_and_input_gradient(platform, cfg, dtype, 7)
 
   def reference(x, w, ct):
     ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)

@@ -204,17 +204,8 @@ __global__ void sum_parts_kernel(const float* partials, TY* y, int64_t m_total, 
 template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
           int MIN_BLOCKS>
 cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
-  constexpr int bytes = shared_bytes<BM, BN, STAGES>();
-  auto kernel = implicit_conv_kernel<T, TY, BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS>;
-  // Per device and cheap; no stream work, so it is safe under graph capture.
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return e;
-  const dim3 grid(static_cast<unsigned>((p.m_total + BM - 1) / BM),
-                  static_cast<unsigned>((p.Og + BN - 1) / BN),
-                  static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, 32 * WARPS_M * WARPS_N, bytes, stream>>>(p);
-  return cudaGetLastError();
+  return launch_tiles(implicit_conv_kernel<T, TY, BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS>, p,
+                      groups, BM, BN, 32 * WARPS_M * WARPS_N, shared_bytes<BM, BN, STAGES>(), stream);
 }
 
 struct DeviceInfo {

@@ -142,16 +142,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_gather_kernel(cons
 template <typename T, typename TY, int BN, int WGS, int STAGES>
 cudaError_t launch_gather(const Params& p, int64_t groups, cudaStream_t stream) {
   constexpr int BM = 64 * WGS;
-  constexpr int bytes = gather_shared_bytes<BM, BN, STAGES>();
-  auto kernel = implicit_conv_gather_kernel<T, TY, BN, WGS, STAGES>;
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return e;
-  const dim3 grid(static_cast<unsigned>((p.m_total + BM - 1) / BM),
-                  static_cast<unsigned>((p.Og + BN - 1) / BN),
-                  static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, 128 * WGS, bytes, stream>>>(p);
-  return cudaGetLastError();
+  return launch_tiles(implicit_conv_gather_kernel<T, TY, BN, WGS, STAGES>, p, groups, BM, BN,
+                      128 * WGS, gather_shared_bytes<BM, BN, STAGES>(), stream);
 }
 
 // --- the TMA kernel -------------------------------------------------------------
@@ -353,17 +345,9 @@ template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
 cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
   CUtensorMap image, filter;
   if (!encode_maps<T, BN>(p, groups, &image, &filter)) return cudaErrorNotSupported;
-  constexpr int bytes = tma_shared_bytes<BN, STAGES>();
   static_assert(MIN_BLOCKS * tma_shared_bytes<BN, STAGES>() <= 227 * 1024, "shared memory");
-  auto kernel = implicit_conv_tma_kernel<T, TY, BN, STAGES, MIN_BLOCKS>;
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return e;
-  const dim3 grid(static_cast<unsigned>((p.m_total + kTmaBM - 1) / kTmaBM),
-                  static_cast<unsigned>((p.Og + BN - 1) / BN),
-                  static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, kTmaThreads, bytes, stream>>>(p, image, filter);
-  return cudaGetLastError();
+  return launch_tiles(implicit_conv_tma_kernel<T, TY, BN, STAGES, MIN_BLOCKS>, p, groups, kTmaBM,
+                      BN, kTmaThreads, tma_shared_bytes<BN, STAGES>(), stream, image, filter);
 }
 
 }  // namespace

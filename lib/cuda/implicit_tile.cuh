@@ -54,6 +54,23 @@ struct Params {
 template <typename T, typename TY>
 cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream);
 
+// Launches an implicit-GEMM kernel with `bytes` of dynamic shared memory on
+// its grid: BM x BN tiles of each group's y, and the parts of a split
+// reduction (blockIdx.z = group * splits + part).
+template <typename Kernel, typename... Args>
+cudaError_t launch_tiles(Kernel kernel, const Params& p, int64_t groups, int bm, int bn,
+                         int threads, int bytes, cudaStream_t stream, const Args&... args) {
+  // Per device and cheap; no stream work, so it is safe under graph capture.
+  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>((p.m_total + bm - 1) / bm),
+                  static_cast<unsigned>((p.Og + bn - 1) / bn),
+                  static_cast<unsigned>(groups * p.splits));
+  kernel<<<grid, threads, bytes, stream>>>(p, args...);
+  return cudaGetLastError();
+}
+
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
