@@ -378,7 +378,7 @@ def _implicit(spec, dtype, c, o, *, input_gradient=False):
 # (BENCHMARKS.md, step 18): up to this many channels per group in the image it
 # reads, and for channels-first half types with fewer output positions per
 # image than _IMPLICIT_CF_POSITIONS (there the GEMM path's per-image products
-# are thin). The Hopper kernels (step 21): everywhere but channels-last calls
+# are thin). The Hopper kernels (step 22): everywhere but channels-last calls
 # with over _HOPPER_GEMM_CHANNELS channels per group whose 128 x 64 output
 # tiles do not fill the GPU once (cuBLAS splits those reductions better).
 IMPLICIT_MAX_CHANNELS = 128
