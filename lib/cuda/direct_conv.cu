@@ -340,24 +340,23 @@ bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const D
   if (!s.depthwise()) return false;
   if (!s.channels_last) return depthwise_cf<ND>(x, w, y, g, s, false, stream);
   constexpr int V = 16 / sizeof(T);
+  // Runs take 4 channels per thread in every type (8-byte loads for half
+  // types): 8 channels of a run took 128 registers and measured no faster.
+  constexpr int VR = V < 4 ? V : 4;
   const size_t smem = staged_weights_bytes<A>(g, s.c);
   if (s.c % V != 0 || smem > 48 * 1024 || !aligned_to(x, 16) || !aligned_to(y, sizeof(TY) * V))
     return false;
-  // Runs for 4- and 8-byte types only: with 8 channels per thread (half
-  // types) they take 128 registers and measured no faster.
-  constexpr bool kRuns = sizeof(T) >= 4;
-  const bool runs = kRuns && !g.any_lhs_dilation && g.stride[ND - 1] == 1 &&
-                    g.rhs_dilation[ND - 1] == 1 && g.kernel[ND - 1] <= kRunTaps && g.out[ND - 1] >= kRun;
-  const int64_t per_line = runs ? (g.out[ND - 1] + kRun - 1) / kRun : g.out[ND - 1];
+  const bool runs = !g.any_lhs_dilation && g.stride[ND - 1] == 1 && g.rhs_dilation[ND - 1] == 1 &&
+                    g.kernel[ND - 1] <= kRunTaps && g.out[ND - 1] >= kRun;
   // Few blocks, each looping: every block stages all the weights.
-  const unsigned blocks =
-      std::min(blocks_for(s.n * (g.out_size / g.out[ND - 1]) * per_line * (s.c / V)), 4096u);
-  if constexpr (kRuns) {
-    if (runs) {
-      depthwise_cl_kernel<ND, T, TY, V, true><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
-      return true;
-    }
+  const int64_t lines = s.n * (g.out_size / g.out[ND - 1]);
+  if (runs) {
+    const unsigned blocks =
+        std::min(blocks_for(lines * ((g.out[ND - 1] + kRun - 1) / kRun) * (s.c / VR)), 4096u);
+    depthwise_cl_kernel<ND, T, TY, VR, true><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
+    return true;
   }
+  const unsigned blocks = std::min(blocks_for(lines * g.out[ND - 1] * (s.c / V)), 4096u);
   depthwise_cl_kernel<ND, T, TY, V, false><<<blocks, kThreads, smem, stream>>>(x, w, y, g, s.n, s.c);
   return true;
 }
