@@ -592,6 +592,18 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
                    dtype=dtype)
 
 
+def _gradient_algorithms(loss, xs, ws):
+  """The algorithm attribute of the forward, input-gradient and
+  filter-gradient CUDA calls of value_and_grad(loss)."""
+  text = _cuda_text(jax.value_and_grad(loss, (0, 1)), xs, ws)
+  found = []
+  for target in ("forward", "backward_data", "backward_filter"):
+    calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
+    assert len(calls) == 1, calls
+    found.append(int(calls[0].split("algorithm = ")[1].split(" ")[0]))
+  return tuple(found)
+
+
 def test_packed_groups_plan(monkeypatch):
   """The CUDA lowering on Hopper packs small groups (algorithm 3) for the
   forward and the unit-stride input gradient, with pack times the filter in
@@ -604,13 +616,7 @@ def test_packed_groups_plan(monkeypatch):
     ws = jax.ShapeDtypeStruct((o, c // groups, 3, 3), dtype)
     loss = lambda x, w: jnp.sum(conv(x, w, window_strides=strides, padding="SAME",
                                      feature_group_count=groups, precision=precision) ** 2)
-    text = _cuda_text(jax.value_and_grad(loss, (0, 1)), xs, ws)
-    found = []
-    for target in ("forward", "backward_data", "backward_filter"):
-      calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
-      assert len(calls) == 1, calls
-      found.append(int(calls[0].split("algorithm = ")[1].split(" ")[0]))
-    return tuple(found)
+    return _gradient_algorithms(loss, xs, ws)
 
   assert plan(8) == (3, 3, 1)                          # 8 x 8 channels: one pack
   assert plan(8, dtype=jnp.bfloat16) == (3, 3, 1)
@@ -640,13 +646,7 @@ def test_implicit_gemm_algorithm_choice():
     ws = jax.ShapeDtypeStruct((32, xc, 3, 3), dtype)
     loss = lambda x, w: jnp.sum(conv(x, w, window_strides=strides, padding="SAME",
                                      precision=precision) ** 2)
-    text = _cuda_text(jax.value_and_grad(loss, (0, 1)), xs, ws)
-    found = []
-    for target in ("forward", "backward_data", "backward_filter"):
-      calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
-      assert len(calls) == 1, calls
-      found.append(int(calls[0].split("algorithm = ")[1].split(" ")[0]))
-    return tuple(found)
+    return _gradient_algorithms(loss, xs, ws)
 
   assert algorithms() == (2, 2, 0)                          # TF32
   assert algorithms(dtype=jnp.bfloat16) == (2, 2, 0)
