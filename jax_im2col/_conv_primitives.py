@@ -327,18 +327,25 @@ _PACKED_CHANNELS = 64
 _MAX_PACK = 8
 
 
-def _packed(spec, dtype, c, o, *, input_gradient=False):
-  """The packing factor for a grouped convolution on Hopper, or 0: float16 /
-  bfloat16 or float32 at DEFAULT precision, no lhs dilation (for the input
-  gradient, unit strides), 8 to 32 image channels per group dividing 64, and
-  groups a multiple of the factor."""
+def _implicit_operands(spec, dtype, *, input_gradient):
+  """What every implicit-GEMM kernel needs of a call: float16 / bfloat16, or
+  float32 at DEFAULT precision (TF32); no lhs dilation (so the input gradient
+  only for unit strides)."""
   dtype = np.dtype(dtype)
-  if spec.groups == 1 or not (dtype in _HALF or (dtype == np.float32
-                                                 and spec.precision == PRECISION_DEFAULT)):
+  if not (dtype in _HALF or (dtype == np.float32 and spec.precision == PRECISION_DEFAULT)):
+    return False
+  w = spec.window
+  return not (any(d != 1 for d in w.lhs_dilation)
+              or (input_gradient and any(s != 1 for s in w.stride)))
+
+
+def _packed(spec, dtype, c, o, *, input_gradient=False):
+  """The packing factor for a grouped convolution on Hopper, or 0: operands the
+  implicit GEMM takes (_implicit_operands), 8 to 32 image channels per group
+  dividing 64, and groups a multiple of the factor."""
+  if spec.groups == 1 or not _implicit_operands(spec, dtype, input_gradient=input_gradient):
     return 0
   w = spec.window
-  if any(d != 1 for d in w.lhs_dilation) or (input_gradient and any(s != 1 for s in w.stride)):
-    return 0
   cg = (o if input_gradient else c) // spec.groups
   if cg >= _PACKED_CHANNELS or _PACKED_CHANNELS % cg:
     return 0
@@ -353,25 +360,17 @@ def _packed(spec, dtype, c, o, *, input_gradient=False):
 def _implicit(spec, dtype, c, o, *, input_gradient=False):
   """The implicit GEMM on tensor cores (implicit_applies in
   lib/cuda/implicit_gemm.cu) for a convolution that would otherwise take
-  im2col + GEMM: float16 / bfloat16, or float32 at DEFAULT precision (TF32);
-  the image it reads (x, or dy for the input gradient) with channels per group
-  in whole 16-byte vectors; no lhs dilation (so the input gradient only for
-  unit strides). A 1x1 window without stride or padding stays a plain GEMM."""
-  dtype = np.dtype(dtype)
-  if not (dtype in _HALF or (dtype == np.float32 and spec.precision == PRECISION_DEFAULT)):
-    return False
-  if not _ampere_or_newer():
+  im2col + GEMM: operands it takes (_implicit_operands); the image it reads
+  (x, or dy for the input gradient) with channels per group in whole 16-byte
+  vectors. A 1x1 window without stride or padding stays a plain GEMM."""
+  if not _implicit_operands(spec, dtype, input_gradient=input_gradient) or not _ampere_or_newer():
     return False
   w = spec.window
-  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity:
-    return False
-  if any(d != 1 for d in w.lhs_dilation) or spec.groups > _MAX_GROUPS_IMPLICIT:
-    return False
-  if input_gradient and any(s != 1 for s in w.stride):
+  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity or spec.groups > _MAX_GROUPS_IMPLICIT:
     return False
   channels = (o if input_gradient else c) // spec.groups
-  return (channels % (16 // dtype.itemsize) == 0 and channels * w.kernel_size < _INT32_LIMIT
-          and max(c, o) < _INT32_LIMIT)
+  return (channels % (16 // np.dtype(dtype).itemsize) == 0
+          and channels * w.kernel_size < _INT32_LIMIT and max(c, o) < _INT32_LIMIT)
 
 
 # Where the implicit GEMM is faster than im2col + cuBLAS. The mma.sync kernel
@@ -430,11 +429,26 @@ def implicit_splits(*, m, og, o, groups, reduction_bytes, limit):
   return max(1, splits)
 
 
-def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, filter_bytes, pack=1):
+def _implicit_pack(spec, dtype, c, o, *, positions, images, input_gradient=False):
+  """How the CUDA lowering takes the implicit GEMM: the packing factor of
+  small groups (_packed), 1 unpacked (use_implicit), 0 not at all."""
+  pack = _packed(spec, dtype, c, o, input_gradient=input_gradient)
+  if pack:
+    return pack
+  return int(use_implicit(spec, dtype, c, o, positions, input_gradient=input_gradient,
+                          images=images))
+
+
+def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input_gradient=False):
   """image_aval / out_aval: the image the kernel reads and the one it writes;
   channels-first input is made channels-last in chunks of images under the
-  workspace cap."""
+  workspace cap. The filter goes into the kernel's row layout in the
+  workspace (pack times its size) unless the forward reads channels-last
+  rows as they are (implicit_forward in lib/cuda/conv.cu)."""
   cl = spec.channels_last
+  wa = ctx.avals_in[1]
+  relayout = input_gradient or pack > 1 or not cl
+  filter_bytes = pack * wa.size * np.dtype(wa.dtype).itemsize if relayout else 0
   item = np.dtype(image_aval.dtype).itemsize
   n = image_aval.shape[0]
   images, image_bytes = max(1, n), 0
@@ -488,18 +502,12 @@ def _direct_call(target, ctx, a, b, spec):
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, xa, ya)
-  pack = _packed(spec, xa.dtype, c, o)
+  pack = _implicit_pack(spec, xa.dtype, c, o, positions=_positions(ya, spec), images=xa.shape[0])
   if pack:
-    wa = ctx.avals_in[1]
     return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
-                          filter_bytes=pack * wa.size * np.dtype(wa.dtype).itemsize, pack=pack)
+                          pack=pack)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
-  if use_implicit(spec, xa.dtype, c, o, _positions(ya, spec), images=xa.shape[0]):
-    wa = ctx.avals_in[1]
-    filter_bytes = 0 if spec.channels_last else wa.size * np.dtype(wa.dtype).itemsize
-    return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
-                          filter_bytes=filter_bytes)
   item = np.dtype(xa.dtype).itemsize
   plan = _plan(ctx, spec, xa, ya, columns=0 if spec.window.is_identity else item,
                transposed_dy=False, accumulator=False)
@@ -510,19 +518,13 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
-  pack = _packed(spec, dya.dtype, c, o, input_gradient=True)
+  pack = _implicit_pack(spec, dya.dtype, c, o, positions=_positions(dxa, spec),
+                        images=dya.shape[0], input_gradient=True)
   if pack:
-    wa = ctx.avals_in[1]
     return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
-                          out_aval=dxa, filter_bytes=pack * wa.size * np.dtype(wa.dtype).itemsize,
-                          pack=pack)
+                          out_aval=dxa, pack=pack, input_gradient=True)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
-  if use_implicit(spec, dya.dtype, c, o, _positions(dxa, spec), input_gradient=True,
-                  images=dya.shape[0]):
-    wa = ctx.avals_in[1]
-    return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya, out_aval=dxa,
-                          filter_bytes=wa.size * np.dtype(wa.dtype).itemsize)
   dtype = np.dtype(dya.dtype)
   cols_item = 4 if dtype in _HALF else dtype.itemsize  # half columns are float32
   plan = _plan(ctx, spec, dxa, dya, columns=0 if spec.window.is_identity else cols_item,

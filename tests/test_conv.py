@@ -635,6 +635,27 @@ def test_packed_groups_plan(monkeypatch):
   assert workspace >= filter_bytes + image_bytes
 
 
+def test_hopper_routing(monkeypatch):
+  """On Hopper the implicit GEMM takes every convolution it applies to except
+  channels-last ones over 256 channels per group whose 128 x 64 output tiles
+  do not fill the GPU once (r50_3x3_c512: 1568 positions x 512 channels, 104
+  tiles on 132 multiprocessors); the Ampere rule stops at 128 channels."""
+  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
+
+  def implicit(layout, channels, images, hopper):
+    monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: hopper)
+    case = dict(groups=1, kernel=(3, 3), strides=(1, 1))
+    spec = _implicit_spec(case, layout, np.float32)
+    return _conv_primitives.use_implicit(spec, np.float32, channels, channels, 49, images=images)
+
+  assert not implicit("cl", 512, 32, hopper=True)   # 104 tiles
+  assert implicit("cl", 512, 64, hopper=True)       # 200 tiles
+  assert implicit("cf", 512, 32, hopper=True)       # cuBLAS's GEMM is slow channels-first
+  assert implicit("cl", 256, 32, hopper=True)
+  assert not implicit("cl", 256, 64, hopper=False)  # the mma.sync kernel: up to 128
+  assert implicit("cl", 128, 64, hopper=False)
+
+
 def test_implicit_gemm_algorithm_choice():
   """Which calls the CUDA lowering sends to the implicit GEMM (algorithm 2),
   and its chunks of channels-first images under the workspace cap."""
