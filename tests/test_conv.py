@@ -610,6 +610,7 @@ def test_packed_groups_plan(monkeypatch):
   its workspace; never beyond 8 groups a pack, at HIGHEST, or for the filter
   gradient."""
   monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: True)
+  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
 
   def plan(groups, c=64, o=64, precision=None, strides=(1, 1), dtype=jnp.float32):
     xs = jax.ShapeDtypeStruct((4, c, 12, 12), dtype)
@@ -631,8 +632,12 @@ def test_packed_groups_plan(monkeypatch):
   text = _cuda_text(lambda x, w: conv(x, w, (1, 1), "SAME", feature_group_count=8), x, w)
   call = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_forward(" in l][0]
   workspace = int(call.split("tensor<")[-1].split("xui8>")[0])
-  filter_bytes, image_bytes = 8 * 64 * 8 * 9 * 4, 4 * 64 * 144 * 4
-  assert workspace >= filter_bytes + image_bytes
+  # The block-diagonal filter (8 times 64 x 8 x 9), the four images made
+  # channels-last, and float32 partial sums of a reduction split in 2 (the
+  # packed group's 576 x 64 outputs fill 9 of 132 multiprocessors).
+  filter_bytes, image_bytes, partial_bytes = 8 * 64 * 8 * 9 * 4, 4 * 64 * 144 * 4, 2 * 576 * 64 * 4
+  assert "chunk_positions = 2 " in call
+  assert workspace == filter_bytes + image_bytes + partial_bytes
 
 
 def test_hopper_routing(monkeypatch):
