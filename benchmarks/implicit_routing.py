@@ -1,10 +1,11 @@
-"""Where the implicit GEMM beats im2col + cuBLAS: times the forward and the
-input gradient of every suite shape the implicit GEMM applies to, with the
+"""Where the implicit GEMM beats im2col + cuBLAS: times the forward, the
+input gradient and the filter gradient of every suite shape the implicit GEMM
+applies to, with the
 CUDA lowering forced onto each path in turn, beside XLA, in float32 (TF32)
 and bfloat16, channels-first and channels-last. Prints one line per case and
 writes implicit_routing.json under --out (BENCHMARKS.md: routing steps).
 
-  python benchmarks/implicit_routing.py --out DIR [--deadline-s 200]
+  python benchmarks/implicit_routing.py --out DIR [--deadline-s 200] [--ops fwd,dgrad,wgrad]
 """
 
 import argparse
@@ -29,16 +30,18 @@ CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=15, budget_s=0.08)
 def routed(path):
   """The CUDA lowering's choice forced: "implicit" wherever the implicit GEMM
   applies, "gemm" never."""
-  original = _conv_primitives.use_implicit
+  cp = _conv_primitives
+  original = cp.use_implicit, cp.use_implicit_filter
   if path == "implicit":
-    _conv_primitives.use_implicit = lambda spec, dtype, c, o, positions, input_gradient=False, \
-        images=1: _conv_primitives._implicit(spec, dtype, c, o, input_gradient=input_gradient)
+    cp.use_implicit = lambda spec, dtype, c, o, positions, input_gradient=False, \
+        images=1: cp._implicit(spec, dtype, c, o, input_gradient=input_gradient)
+    cp.use_implicit_filter = cp._implicit_filter
   elif path == "gemm":
-    _conv_primitives.use_implicit = lambda *a, **kw: False
+    cp.use_implicit = cp.use_implicit_filter = lambda *a, **kw: False
   try:
     yield
   finally:
-    _conv_primitives.use_implicit = original
+    cp.use_implicit, cp.use_implicit_filter = original
 
 
 def functions(case, layout):
@@ -47,13 +50,15 @@ def functions(case, layout):
   xla = lambda x, w: lax.conv_general_dilated(x, w, **kw)
   fwd = lambda conv: jax.jit(conv)
   dgrad = lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g))
-  return {"fwd": (fwd, ours, xla), "dgrad": (dgrad, ours, xla)}
+  wgrad = lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g))
+  return {"fwd": (fwd, ours, xla), "dgrad": (dgrad, ours, xla), "wgrad": (wgrad, ours, xla)}
 
 
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
   parser.add_argument("--deadline-s", type=float, default=1e9)
+  parser.add_argument("--ops", default="fwd,dgrad,wgrad", help="comma-separated subset")
   args = parser.parse_args()
   data = bench.Data()
   rows = []
@@ -68,6 +73,8 @@ def main():
         xs, ws, ys = (bench.x_shape(case, layout), bench.w_shape(case, layout),
                       bench.y_shape(case, layout))
         for op, (wrap, ours, xla) in functions(case, layout).items():
+          if op not in args.ops.split(","):
+            continue
           if time.perf_counter() - bench.T_START > args.deadline_s:
             break
           shapes = [xs, ws] if op == "fwd" else [xs, ws, ys]

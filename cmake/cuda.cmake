@@ -66,6 +66,7 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu
   lib/cuda/grouped_conv.cu
+  lib/cuda/implicit_filter_gradient.cu
   lib/cuda/implicit_gemm.cu
   lib/cuda/implicit_gemm_sm90.cu
   lib/cuda/relayout.cu

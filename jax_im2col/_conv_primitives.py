@@ -468,6 +468,76 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
                     algorithm=ALGORITHM_PACKED if pack > 1 else ALGORITHM_IMPLICIT)
 
 
+# The implicit filter gradient (lib/cuda/implicit_filter_gradient.cu): tiles
+# of 64 output channels x 128 of the reduction, k-tiles of 32 positions.
+_FILTER_TILE_O, _FILTER_TILE_K, _FILTER_POSITIONS = 64, 128, 32
+_FILTER_MAX_POSITIONS = (1 << 31) - 64  # kMaxFilterPositions: per call
+
+
+def _implicit_filter(spec, dtype, c, o, *, positions):
+  """The filter gradient as an implicit GEMM (implicit_filter_applies in
+  lib/cuda/implicit_filter_gradient.cu) for a convolution that would otherwise
+  take im2col + GEMM: operands the implicit GEMM takes (strides are fine:
+  they only skip positions), channels per group of x and of dy in whole
+  16-byte vectors, and one image's positions within _FILTER_MAX_POSITIONS. positions: output
+  positions per image. A 1x1 window without stride or padding stays a plain
+  GEMM."""
+  if not _implicit_operands(spec, dtype, input_gradient=False) or not _ampere_or_newer():
+    return False
+  w = spec.window
+  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity or spec.groups > _MAX_GROUPS_IMPLICIT:
+    return False
+  vec = 16 // np.dtype(dtype).itemsize
+  cg, og = c // spec.groups, o // spec.groups
+  return (cg % vec == 0 and og % vec == 0 and positions <= _FILTER_MAX_POSITIONS
+          and cg * w.kernel_size < _INT32_LIMIT and max(c, o) < _INT32_LIMIT
+          and og // _FILTER_TILE_O < _MAX_GROUPS_IMPLICIT)
+
+
+def use_implicit_filter(spec, dtype, c, o, *, positions):
+  """Whether the CUDA lowering takes the implicit filter gradient: wherever it
+  applies (BENCHMARKS.md, step 25)."""
+  return _implicit_filter(spec, dtype, c, o, positions=positions)
+
+
+def implicit_filter_splits(*, m, og, kg, o, groups, limit):
+  """Parts of the implicit filter gradient's positions (m per call): the
+  gradient's tiles (og x kg per group) are few (5 for 64 channels and a 3x3
+  window), so enough parts for three blocks per multiprocessor, each at least
+  8 k-tiles of positions, their float32 sums under the workspace cap."""
+  tiles = -(-og // _FILTER_TILE_O) * -(-kg // _FILTER_TILE_K) * groups
+  k_tiles = -(-m // _FILTER_POSITIONS)
+  splits = min(-(-3 * _multiprocessors() // tiles), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
+  while splits > 1 and splits * o * kg * 4 > limit:
+    splits -= 1
+  return max(1, splits)
+
+
+def _implicit_filter_call(ctx, dy, x, spec):
+  """Channels-first x and dy are made channels-last in chunks of images under
+  the workspace cap (implicit_backward_filter in lib/cuda/conv.cu)."""
+  dya, xa = ctx.avals_in
+  cl = spec.channels_last
+  item = np.dtype(xa.dtype).itemsize
+  c, o = _channels(spec, xa, dya)
+  n, positions = xa.shape[0], _positions(dya, spec)
+  images, image_bytes, gradient_bytes = max(1, n), 0, 0
+  if not cl and n > 0:
+    x_image = int(np.prod(xa.shape[1:], dtype=np.int64)) * item
+    dy_image = o * positions * item
+    images = max(1, min(n, spec.workspace_limit // (x_image + dy_image),
+                        _FILTER_MAX_POSITIONS // max(1, positions)))
+    image_bytes, gradient_bytes = images * x_image, images * dy_image
+  groups = spec.groups
+  kg = c // groups * spec.window.kernel_size
+  splits = implicit_filter_splits(m=images * positions, og=o // groups, kg=kg, o=o, groups=groups,
+                                  limit=spec.workspace_limit)
+  partials = splits * o * kg * 4
+  return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=images, positions=splits,
+                    workspace_bytes=align(image_bytes) + align(gradient_bytes) + align(partials),
+                    algorithm=ALGORITHM_IMPLICIT)
+
+
 def _positions(image_aval, spec):
   return int(np.prod(_unfold.image_spatial(image_aval.shape, spec.channels_last), dtype=np.int64))
 
@@ -587,6 +657,10 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
                       positions=rows, workspace_bytes=slices * o * taps * acc,
                       algorithm=ALGORITHM_DIRECT)
+  n, positions = xa.shape[0], _positions(dya, spec)
+  if use_implicit_filter(spec, dtype, c, o, positions=positions) and (
+      not spec.channels_last or n * positions <= _FILTER_MAX_POSITIONS):
+    return _implicit_filter_call(ctx, dy, x, spec)
   no_columns = spec.window.is_identity and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
                transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)

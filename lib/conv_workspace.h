@@ -59,4 +59,20 @@ inline ImplicitWorkspace implicit_workspace(size_t filter_bytes, size_t image_by
   return w;
 }
 
+// Workspace of the implicit filter gradient: one chunk of images of x and of
+// dy made channels-last (channels-first calls only), and the float32 parts
+// of the split reduction.
+struct ImplicitFilterWorkspace {
+  size_t image = 0, gradient = 0, partials = 0, total = 0;  // offsets
+};
+
+inline ImplicitFilterWorkspace implicit_filter_workspace(size_t image_bytes, size_t gradient_bytes,
+                                                         size_t partials_bytes) {
+  ImplicitFilterWorkspace w;
+  w.gradient = align_up(image_bytes);
+  w.partials = w.gradient + align_up(gradient_bytes);
+  w.total = w.partials + align_up(partials_bytes);
+  return w;
+}
+
 }  // namespace im2col

@@ -468,17 +468,18 @@ def _implicit_spec(case, layout, dtype):
                                    lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]))
 
 
-def forward_and_input_gradient(platform, cfg, dtype, seed):
+def forward_and_gradients(platform, cfg, dtype, seed):
   """On `platform`: the operands, a random cotangent, y at float32
-  (preferred_element_type), y, and the input gradient for the cotangent."""
+  (preferred_element_type), y, and the input and filter gradients for the
+  cotangent."""
   kw = cfg["kwargs"]
   x, w = operands(cfg, seed, dtype)
   with on_platform(platform):
     y32 = conv(x, w, preferred_element_type=np.float32, **kw)
-    y, vjp = jax.vjp(lambda x: conv(x, w, **kw), x)
+    y, vjp = jax.vjp(lambda x, w: conv(x, w, **kw), x, w)
     ct = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(y.shape), dtype)
-    (dx,) = vjp(ct)
-  return x, w, ct, y32, y, dx
+    dx, dw = vjp(ct)
+  return x, w, ct, y32, y, dx, dw
 
 
 # The rounding of a half-type output.
@@ -491,11 +492,12 @@ UNIT_ROUNDOFF = {np.dtype(jnp.bfloat16): 2.0 ** -8, np.dtype(np.float16): 2.0 **
                          ids=["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("name", list(IMPLICIT_CASES))
 def test_implicit_gemm_against_float64(platform, layout, dtype, name):
-  """The forward and the input gradient at DEFAULT precision against float64
-  on the operands the multiplier sees: float32 as TF32 on the GPU (rounded to
-  nearest by the mma.sync kernel, truncated by Hopper's wgmma kernel; exact
-  float32 on the CPU), half types as they are. What is left is float32
-  accumulation, plus the output's rounding for half outputs."""
+  """The forward and the input and filter gradients at DEFAULT precision
+  against float64 on the operands the multiplier sees: float32 as TF32 on the
+  GPU (rounded to nearest by the mma.sync kernels, among them the filter
+  gradient's; truncated by Hopper's wgmma kernels; exact float32 on the CPU),
+  half types as they are. What is left is float32 accumulation, plus the
+  output's rounding for half outputs."""
   case, cfg = IMPLICIT_CASES[name], implicit_config(name, layout)
   dtype = np.dtype(dtype)
   spec = _implicit_spec(case, layout, dtype)
@@ -505,8 +507,12 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   assert _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"], out_positions)
   implicit_dx = _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"],
                                               int(np.prod(case["spatial"])), input_gradient=True)
+  implicit_dw = _conv_primitives.use_implicit_filter(spec, dtype, case["c"], case["o"],
+                                                    positions=out_positions)
+  # Every case but the odd output channels has whole vectors of them.
+  assert implicit_dw == (name != "1d-odd-o")
   kw = cfg["kwargs"]
-  x, w, ct, y32, y, dx = forward_and_input_gradient(platform, cfg, dtype, 5)
+  x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 5)
   tf32 = platform == "gpu" and dtype == np.float32
   if tf32:
     seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
@@ -514,10 +520,12 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
     seen = lambda a: np.asarray(a, np.float32)
 
   def reference(x, w, ct):
-    ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)
-    return ref, vjp_ref(ct)[0]
+    ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
+    return (ref, *vjp_ref(ct))
 
-  ref_y, ref_dx = on_cpu(reference, *(seen(a).astype(np.float64) for a in (x, w, ct)))
+  ref_y, ref_dx, _ = on_cpu(reference, *(seen(a).astype(np.float64) for a in (x, w, ct)))
+  dw_seen = round_to_tf32 if tf32 else seen  # the filter gradient's kernel is mma.sync
+  ref_dw = on_cpu(reference, *(dw_seen(a).astype(np.float64) for a in (x, w, ct)))[2]
   assert_close(y32, ref_y.astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
   if dtype in UNIT_ROUNDOFF:
     assert_close(y, ref_y.astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
@@ -531,6 +539,12 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
     exact_dx = on_cpu(lambda x, w, ct: reference(x, w, ct)[1],
                       *(np.asarray(a, np.float64) for a in (x, w, ct)))
     assert_close(dx, exact_dx.astype(np.float32), 2.0 ** -9, dtype=dtype)
+  if implicit_dw or not tf32:
+    assert_close(dw, ref_dw.astype(np.float32), UNIT_ROUNDOFF.get(dtype, 1e-5), dtype=dtype)
+  else:  # im2col + cuBLAS in TF32, as for the input gradient above
+    exact_dw = on_cpu(lambda x, w, ct: reference(x, w, ct)[2],
+                      *(np.asarray(a, np.float64) for a in (x, w, ct)))
+    assert_close(dw, exact_dw.astype(np.float32), 2.0 ** -9, dtype=dtype)
 
 
 # Grouped convolutions whose groups pack into 64-channel groups on Hopper
@@ -569,7 +583,7 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   if on_gpu and _conv_primitives._hopper_kernels():
     assert packed and packed_dx == all(s == 1 for s in case["strides"])
   kw = cfg["kwargs"]
-  x, w, ct, y32, y, dx = forward_and_input_gradient(platform, cfg, dtype, 7)
+  x, w, ct, y32, y, dx, _ = forward_and_gradients(platform, cfg, dtype, 7)
 
   def reference(x, w, ct):
     ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)
@@ -621,12 +635,12 @@ def test_packed_groups_plan(monkeypatch):
 
   assert plan(8) == (3, 3, 1)                          # 8 x 8 channels: one pack
   assert plan(8, dtype=jnp.bfloat16) == (3, 3, 1)
-  assert plan(2, c=64, o=32) == (3, 2, 0)              # 32 in (2 a pack), 16 out (4: 2 groups)
+  assert plan(2, c=64, o=32) == (3, 2, 2)              # 32 in (2 a pack), 16 out (4: 2 groups)
   assert plan(8, strides=(2, 2)) == (3, 1, 1)          # the input gradient has lhs dilation
   assert plan(8, precision=HIGHEST) == (1, 1, 1)       # full float32: direct kernels
   assert plan(16) == (1, 1, 1)                         # 4 channels per group: 16 a pack
   assert plan(6, c=48, o=48) == (1, 1, 1)              # 8 x 6 groups: 6 is no multiple of 8
-  assert plan(1) == (2, 2, 0)                          # no groups: the implicit GEMM
+  assert plan(1) == (2, 2, 2)                          # no groups: the implicit GEMM
   x = jax.ShapeDtypeStruct((4, 64, 12, 12), jnp.float32)
   w = jax.ShapeDtypeStruct((64, 8, 3, 3), jnp.float32)
   text = _cuda_text(lambda x, w: conv(x, w, (1, 1), "SAME", feature_group_count=8), x, w)
@@ -674,10 +688,10 @@ def test_implicit_gemm_algorithm_choice():
                                      precision=precision) ** 2)
     return _gradient_algorithms(loss, xs, ws)
 
-  assert algorithms() == (2, 2, 0)                          # TF32
-  assert algorithms(dtype=jnp.bfloat16) == (2, 2, 0)
+  assert algorithms() == (2, 2, 2)                          # TF32
+  assert algorithms(dtype=jnp.bfloat16) == (2, 2, 2)
   assert algorithms(precision=HIGHEST) == (0, 0, 0)         # full float32: cuBLAS
-  assert algorithms(strides=(2, 2)) == (2, 0, 0)            # the input gradient has lhs dilation
+  assert algorithms(strides=(2, 2)) == (2, 0, 2)            # the input gradient has lhs dilation
   assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
   assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
   # One image made channels-last at a time once the cap is below a batch.
@@ -685,6 +699,18 @@ def test_implicit_gemm_algorithm_choice():
   assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 4
   with jax_im2col.workspace_limit(64 * 400 * 4):
     assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 1
+  # The filter gradient: its 32 x 576 outputs are 5 tiles, so the 1600
+  # positions of the 4 images split into 6 parts of at least 8 k-tiles of 32
+  # positions; under a cap below one image's x and dy, one image at a time
+  # (400 positions: one part).
+  grad = jax.value_and_grad(lambda x, w: jnp.sum(loss(x, w) ** 2), (0, 1))
+  assert _chunk_attrs(_cuda_text(grad, x, w), "jax_im2col_conv_backward_filter") == (4, 6)
+  with jax_im2col.workspace_limit(64 * 400 * 4):
+    assert _chunk_attrs(_cuda_text(grad, x, w), "jax_im2col_conv_backward_filter") == (1, 1)
+  assert _conv_primitives.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1,
+                                                 limit=1 << 30) == 80  # 3 x 132 blocks
+  assert _conv_primitives.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1,
+                                                 limit=10 * 64 * 576 * 4) == 10  # the cap
   # A split reduction (chunk_positions) where the outputs are few.
   xs = jax.ShapeDtypeStruct((2, 128, 7, 7), jnp.float32)
   ws = jax.ShapeDtypeStruct((72, 128, 3, 3), jnp.float32)
@@ -708,17 +734,30 @@ def test_implicit_gemm_algorithm_choice():
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 def test_implicit_gemm_image_chunks(platform, dtype):
   """Channels-first images made channels-last one or two at a time (the
-  last chunk partial) give the result of the whole batch at once."""
+  last chunk partial) give the result of the whole batch at once: the
+  forward, and the filter gradient, whose chunks add to its partial sums."""
   cfg = implicit_config("2d-3x3", "cf")
   cfg["lhs_shape"] = (5, *cfg["lhs_shape"][1:])
   x, w = operands(cfg, 8, dtype)
   kw = cfg["kwargs"]
-  per_image = int(np.prod(x.shape[1:])) * np.dtype(dtype).itemsize
+  item = np.dtype(dtype).itemsize
+  per_image = int(np.prod(x.shape[1:])) * item
+  dy_image = 24 * int(np.prod(x.shape[2:])) * item  # "SAME": as many positions
+  ct = jnp.asarray(np.random.default_rng(9).standard_normal((5, 24, *x.shape[2:])), dtype)
+
+  def forward_and_filter_gradient(x, w):
+    y, vjp = jax.vjp(lambda w: conv(x, w, **kw), w)
+    return y, vjp(ct)[0]
+
   with on_platform(platform):
-    whole = jax.jit(lambda x, w: conv(x, w, **kw))(x, w)
+    whole = jax.jit(forward_and_filter_gradient)(x, w)
     for images in (1, 2):
-      with jax_im2col.workspace_limit(images * per_image):
-        assert_close(jax.jit(lambda x, w: conv(x, w, **kw))(x, w), whole, 1e-6)
+      with jax_im2col.workspace_limit(images * (per_image + dy_image)):
+        text = _cuda_text(forward_and_filter_gradient, x, w)
+        assert _chunk_attrs(text, "jax_im2col_conv_backward_filter")[0] == images
+        y, dw = jax.jit(forward_and_filter_gradient)(x, w)
+        assert_close(y, whole[0], 1e-6)
+        assert_close(dw, whole[1], 1e-6 if dtype == np.float32 else 2.0 ** -8)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

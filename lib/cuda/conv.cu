@@ -24,6 +24,7 @@
 #include "columns.h"
 #include "direct_conv.h"
 #include "handlers.h"
+#include "implicit_filter_gradient.h"
 #include "implicit_gemm.h"
 #include "relayout.h"
 
@@ -152,12 +153,13 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // --- shapes ----------------------------------------------------------------
 
 // algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h), 2 the
-// implicit GEMM (implicit_gemm.h, forward and input gradient), 3 the implicit
-// GEMM on packed groups (packed_groups below); for the direct
-// filter gradient, chunk_positions is the output rows per slice
-// (FilterSlices); for the implicit GEMM, chunk_images is the images made
-// channels-last at once and chunk_positions the parts its reduction is split
-// into (ImplicitConv::splits).
+// implicit GEMM (implicit_gemm.h for the forward and input gradient,
+// implicit_filter_gradient.h for the filter gradient), 3 the implicit GEMM on
+// packed groups (packed_groups below); for the direct filter gradient,
+// chunk_positions is the output rows per slice (FilterSlices); for the
+// implicit GEMM, chunk_images is the images made channels-last at once and
+// chunk_positions the parts its reduction is split into
+// (ImplicitConv::splits, ImplicitFilterGradient::splits).
 enum Algorithm : int64_t {
   kAlgorithmGemm = 0,
   kAlgorithmDirect = 1,
@@ -417,6 +419,60 @@ ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
                       reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
+// The filter gradient as an implicit GEMM (implicit_filter_gradient.h): one
+// call for channels-last operands; channels-first x and dy made
+// channels-last a chunk of images at a time, each chunk adding to the float32
+// parts; then the parts summed in order into dw.
+ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& dy,
+                                    const ffi::AnyBuffer& x, ffi::AnyBuffer& dw,
+                                    const ffi::AnyBuffer& workspace, const ConvShapes& s,
+                                    const ConvAttrs& a) {
+  const DataType in = x.element_type();
+  const int64_t N = s.image.n, L = s.g.out_size, C = s.image.c, K = s.g.kernel_size;
+  const int64_t images = s.cl ? N : std::min(a.chunk_images, N), splits = a.chunk_positions;
+  if (!implicit_filter_applies(in, a.precision == 0, s.g, s.Cg, s.Og, s.G, images * L))
+    return ffi::Error::InvalidArgument("conv_backward_filter: the implicit GEMM does not apply");
+  const size_t e = ffi::ByteWidth(in);
+  const ImplicitFilterWorkspace plan = implicit_filter_workspace(
+      s.cl ? 0 : images * C * s.g.in_size * e, s.cl ? 0 : images * s.O * L * e,
+      implicit_filter_partials_bytes(splits, s.O, s.Cg, K));
+  if (workspace.size_bytes() < plan.total)
+    return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
+  char* ws = static_cast<char*>(workspace.untyped_data());
+  ImplicitFilterGradient p{x.untyped_data(), dy.untyped_data(), N, C, s.O, s.G,
+                           splits, reinterpret_cast<float*>(ws + plan.partials), false};
+  if (s.cl) {
+    if (auto err = cuda_error(implicit_filter_gradient(p, s.g, in, stream), "implicit GEMM");
+        err.failure())
+      return err;
+  }
+  for (int64_t n0 = 0; !s.cl && n0 < N; n0 += images) {
+    const int64_t nc = std::min(images, N - n0);
+    if (auto err = cuda_error(
+            image_to_channels_last(static_cast<const char*>(x.untyped_data()) + n0 * C * s.g.in_size * e,
+                                   ws + plan.image, e, nc, C, s.g.in_size, stream),
+            "channels-last copy");
+        err.failure())
+      return err;
+    if (auto err = cuda_error(
+            image_to_channels_last(static_cast<const char*>(dy.untyped_data()) + n0 * s.O * L * e,
+                                   ws + plan.gradient, e, nc, s.O, L, stream),
+            "channels-last copy");
+        err.failure())
+      return err;
+    p.x = ws + plan.image;
+    p.dy = ws + plan.gradient;
+    p.n = nc;
+    p.accumulate = n0 > 0;
+    if (auto err = cuda_error(implicit_filter_gradient(p, s.g, in, stream), "implicit GEMM");
+        err.failure())
+      return err;
+  }
+  return cuda_error(implicit_filter_finish(p.partials, dw.untyped_data(), dw.element_type(), s.O,
+                                           s.Cg, K, splits, s.cl, stream),
+                    "filter gradient sum");
+}
+
 // --- handlers ----------------------------------------------------------------
 
 ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
@@ -557,8 +613,10 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const DataType in = x.element_type(), out = dw->element_type();
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
-    return ffi::Error::InvalidArgument("conv_backward_filter: no implicit GEMM");
+  if (a.algorithm == kAlgorithmImplicit)
+    return implicit_backward_filter(stream, dy, x, *dw, *workspace, s, a);
+  if (a.algorithm == kAlgorithmPacked)
+    return ffi::Error::InvalidArgument("conv_backward_filter: no packed groups");
   if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))

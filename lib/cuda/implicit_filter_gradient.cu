@@ -1,0 +1,434 @@
+// The implicit-GEMM filter gradient (implicit_filter_gradient.h).
+//
+// A block computes a BO x BKK tile of one group's dw (BO output channels, BKK
+// of the reduction kk of the forward) over one part of the positions m, BP
+// positions per k-tile. Both operands are channels-last, so a k-tile lands in
+// shared memory as rows of positions with channels contiguous: dy's rows
+// (BO channels) and the columns' rows (BKK of kk, gathered from x with zeros
+// for padding; a 16-byte chunk of kk is a run of channels of one tap). Rows
+// are split into panels of 128 bytes carrying the swizzle of
+// implicit_tile.cuh. That is the transpose of what mma.sync's fragments hold
+// (the reduction runs along rows), which ldmatrix.trans undoes for half types
+// and single 32-bit loads for float32.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "device_util.cuh"
+#include "implicit_filter_gradient.h"
+#include "implicit_tile.cuh"
+#include "mma_sync.cuh"
+
+namespace im2col::cuda {
+namespace {
+
+using namespace implicit;
+
+// Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits.
+struct FilterParams {
+  const char* x;
+  const char* dy;
+  float* partials;
+  int32_t m_total;  // images * L
+  int32_t L, in_size;
+  int32_t in[3], stride[3], dilation[3], pad[3];
+  FastDiv positions;          // m -> (image, position)
+  FastDiv out_w, out_h;       // position -> coordinates
+  FastDiv kernel_w, kernel_h;  // tap -> coordinates
+  FastDiv cg_div;             // kk -> (tap, channel)
+  int32_t C, Cg, O, Og, Kg;
+  int32_t splits, per_split;  // parts of the positions, positions per part
+  bool accumulate;
+};
+
+// Where chunk j of row r of a 128-byte panel is stored. Half types: the 8
+// consecutive rows an ldmatrix.trans phase reads at one chunk hit 8 bank
+// groups. float32: a warp's 32-bit loads read 4 consecutive rows at 2
+// adjacent chunks, which j ^ 2r spreads over all 32 banks.
+template <typename T>
+__device__ __forceinline__ int stored_chunk(int r, int j) {
+  return std::is_same_v<T, float> ? j ^ ((2 * r) & 7) : j ^ (r & 7);
+}
+
+template <typename T, int BO, int BKK, int BP, int STAGES>
+constexpr int filter_shared_bytes() {
+  return STAGES * BP * (BO + BKK) * static_cast<int>(sizeof(T));
+}
+
+// The copies of one thread into a k-tile: chunk (panel, j) of rows
+// row0 + ROWS_PER_PASS * i of dy's tile and of the columns' tile.
+template <typename T, int BO, int BKK, int BP, int THREADS>
+struct FilterLoader {
+  static constexpr int E = kRowBytes / static_cast<int>(sizeof(T));  // elements per panel row
+  static constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+  static constexpr int A_COLS = BO / E * kChunks, B_COLS = BKK / E * kChunks;
+  static constexpr int A_RPP = THREADS / A_COLS, B_RPP = THREADS / B_COLS;  // rows per pass
+  static_assert(THREADS % A_COLS == 0 && THREADS % B_COLS == 0 && BP % A_RPP == 0 &&
+                    BP % B_RPP == 0,
+                "tile shape");
+
+  const FilterParams& p;
+  const T* dy;  // this thread's channel of the block's first dy row
+  const T* x;   // this thread's channel in the group
+  int a_row0, a_at, b_row0, b_at, b_chunk, a_chunk;
+  bool a_valid, b_valid;
+  int32_t dd, dh, dw;  // the thread's tap displacement
+  int32_t m_begin, m_end;
+
+  __device__ __forceinline__ FilterLoader(const FilterParams& params, int group, int split,
+                                          int32_t o0, int32_t kk0)
+      : p(params) {
+    const int ta = threadIdx.x % A_COLS, tb = threadIdx.x % B_COLS;
+    a_row0 = threadIdx.x / A_COLS;
+    b_row0 = threadIdx.x / B_COLS;
+    a_chunk = ta % kChunks;
+    b_chunk = tb % kChunks;
+    a_at = ta / kChunks * BP;  // panel offset in rows
+    b_at = tb / kChunks * BP;
+    const int32_t o = o0 + ta / kChunks * E + a_chunk * VEC;
+    a_valid = o < p.Og;
+    dy = reinterpret_cast<const T*>(p.dy) + static_cast<int64_t>(group) * p.Og + o;
+    const int32_t kk = kk0 + tb / kChunks * E + b_chunk * VEC;
+    b_valid = kk < p.Kg;
+    int32_t tap, ch, rest, kd, kh, kw;
+    p.cg_div.divmod(b_valid ? kk : 0, tap, ch);
+    p.kernel_w.divmod(tap, rest, kw);
+    p.kernel_h.divmod(rest, kd, kh);
+    dd = kd * p.dilation[0] - p.pad[0];
+    dh = kh * p.dilation[1] - p.pad[1];
+    dw = kw * p.dilation[2] - p.pad[2];
+    x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg + ch;
+    const int64_t begin = static_cast<int64_t>(split) * p.per_split;
+    m_begin = static_cast<int32_t>(min<int64_t>(begin, p.m_total));
+    m_end = static_cast<int32_t>(min<int64_t>(begin + p.per_split, p.m_total));
+  }
+
+  __device__ __forceinline__ int k_tiles() const {
+    return m_end > m_begin ? (m_end - m_begin + BP - 1) / BP : 0;
+  }
+
+  // k-tile kt of this block's part into a ([BO / E][BP][kChunks]) and b
+  // ([BKK / E][BP][kChunks]).
+  __device__ __forceinline__ void load(uint4* a, uint4* b, int kt) const {
+    const int32_t mb = m_begin + kt * BP;
+#pragma unroll
+    for (int i = 0; i < BP / A_RPP; ++i) {
+      const int r = a_row0 + A_RPP * i;
+      const int32_t m = mb + r;
+      const bool valid = a_valid && m < m_end;
+      copy_async(shared_address(a + (a_at + r) * kChunks + stored_chunk<T>(r, a_chunk)),
+                 valid ? static_cast<const void*>(dy + static_cast<int64_t>(m) * p.O) : p.dy,
+                 valid);
+    }
+#pragma unroll
+    for (int i = 0; i < BP / B_RPP; ++i) {
+      const int r = b_row0 + B_RPP * i;
+      const int32_t m = mb + r;
+      int32_t image, l, rest, od, oh, ow;
+      p.positions.divmod(m < m_end ? m : m_begin, image, l);
+      p.out_w.divmod(l, rest, ow);
+      p.out_h.divmod(rest, od, oh);
+      const int32_t zd = od * p.stride[0] + dd, zh = oh * p.stride[1] + dh,
+                    zw = ow * p.stride[2] + dw;
+      const bool valid = b_valid && m < m_end &&
+                         static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
+                         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
+                         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
+      const int64_t pixel = static_cast<int64_t>(image) * p.in_size +
+                            (static_cast<int64_t>(zd) * p.in[1] + zh) * p.in[2] + zw;
+      copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T>(r, b_chunk)),
+                 valid ? static_cast<const void*>(x + pixel * p.C) : p.x, valid);
+    }
+  }
+};
+
+// Fragments of one k-step (16 positions for half types, 8 for float32) of a
+// warp's MT x NT mma tiles, from tiles whose rows are positions: af from dy's
+// (row = position, element = output channel o from o_first), bf from the
+// columns' (element = kk from n_first).
+template <typename T, int BP, int MT, int NT>
+__device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (&bf)[NT][2],
+                                               const uint4* a, const uint4* b, int ks,
+                                               int o_first, int n_first) {
+  constexpr int E = kRowBytes / static_cast<int>(sizeof(T));
+  const int lane = threadIdx.x & 31;
+  if constexpr (std::is_same_v<T, float>) {
+    // m16n8k8: a[v] = A[o + 8 (v % 2)][k + 4 (v / 2)], b[v] = B[k + 4 v][n],
+    // o / n = lane / 4, k = lane % 4.
+    const int g = lane >> 2, t = lane & 3;
+    auto word = [&](const uint4* tile, int element, int row) {
+      const int panel = element / E, e = element % E;
+      const uint32_t* chunk = reinterpret_cast<const uint32_t*>(
+          tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 4));
+      return chunk[e % 4];
+    };
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int v = 0; v < 4; ++v)
+        af[i][v] = word(a, o_first + i * 16 + g + (v & 1) * 8, ks * 8 + t + (v >> 1) * 4);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) bf[j][v] = word(b, n_first + j * 8 + g, ks * 8 + t + v * 4);
+  } else {
+    // ldmatrix.trans: lane l addresses row l % 8 of matrix l / 8; A's matrices
+    // are (positions 0-7, 8-15) x (channels 0-7, 8-15) with channels fastest,
+    // B's (positions 0-7, 8-15) fastest x (kk 0-7, 8-15).
+    const int mi = lane >> 3, lr = lane & 7;
+    auto address = [&](const uint4* tile, int element, int row) {
+      const int panel = element / E, e = element % E;
+      return shared_address(tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 8));
+    };
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+      load_matrices<true>(af[i], address(a, o_first + i * 16 + (mi & 1) * 8,
+                                         ks * 16 + (mi >> 1) * 8 + lr));
+#pragma unroll
+    for (int j = 0; j < NT / 2; ++j) {
+      uint32_t r[4];
+      load_matrices<true>(r, address(b, n_first + j * 16 + (mi >> 1) * 8,
+                                     ks * 16 + (mi & 1) * 8 + lr));
+      bf[2 * j][0] = r[0];
+      bf[2 * j][1] = r[1];
+      bf[2 * j + 1][0] = r[2];
+      bf[2 * j + 1][1] = r[3];
+    }
+  }
+}
+
+// grid: (kk tiles, o tiles, groups * splits).
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES>
+__global__ void __launch_bounds__(32 * WARPS_O * WARPS_K)
+filter_gradient_kernel(const FilterParams p) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // cp.async, ldmatrix, mma.sync
+  constexpr int THREADS = 32 * WARPS_O * WARPS_K;
+  constexpr int E = kRowBytes / static_cast<int>(sizeof(T));
+  constexpr int WTO = BO / WARPS_O, WTK = BKK / WARPS_K;  // a warp's tile
+  constexpr int MT = WTO / 16, NT = WTK / 8;
+  constexpr int KSTEP = std::is_same_v<T, float> ? 8 : 16;  // positions per mma
+  constexpr int A_TILE = BO / E * BP * kChunks, B_TILE = BKK / E * BP * kChunks;  // uint4s
+  static_assert(BO % E == 0 && BKK % E == 0 && BP % KSTEP == 0 && NT % 2 == 0 && WTO % 16 == 0,
+                "tile shape");
+
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* a_tiles = smem;                     // [STAGES][BO / E][BP][kChunks]
+  uint4* b_tiles = smem + STAGES * A_TILE;   // [STAGES][BKK / E][BP][kChunks]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t kk0 = blockIdx.x * BKK, o0 = blockIdx.y * BO;
+  const int group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const FilterLoader<T, BO, BKK, BP, THREADS> loader(p, group, split, o0, kk0);
+  const int k_tiles = loader.k_tiles();
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+  const int warp_o = warp % WARPS_O, warp_k = warp / WARPS_O;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, s);
+    commit_copies();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    wait_copies<STAGES - 2>();
+    __syncthreads();  // k-tile kt has landed for all; k-tile kt - 1's buffer is free
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) {
+      const int s = next % STAGES;
+      loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, next);
+    }
+    commit_copies();
+    const uint4* a = a_tiles + (kt % STAGES) * A_TILE;
+    const uint4* b = b_tiles + (kt % STAGES) * B_TILE;
+#pragma unroll
+    for (int ks = 0; ks < BP / KSTEP; ++ks) {
+      uint32_t af[MT][4], bf[NT][2];
+      load_fragments<T, BP, MT, NT>(af, bf, a, b, ks, warp_o * WTO, warp_k * WTK);
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
+    }
+  }
+  wait_copies<0>();
+
+  // m16n8 accumulators: value v of tile (i, j) at o = lane / 4 + 8 (v / 2),
+  // kk = 2 (lane % 4) + v % 2. Kg is even (whole vectors of channels), so a
+  // pair is either inside or past the row.
+  float* part = p.partials + (static_cast<int64_t>(split) * p.O + static_cast<int64_t>(group) * p.Og) * p.Kg;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t o = o0 + warp_o * WTO + i * 16 + h * 8 + (lane >> 2);
+      if (o >= p.Og) continue;
+      float* row = part + static_cast<int64_t>(o) * p.Kg;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int32_t kk = kk0 + warp_k * WTK + j * 8 + 2 * (lane & 3);
+        if (kk >= p.Kg) continue;
+        float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        float2* dst = reinterpret_cast<float2*>(row + kk);
+        if (p.accumulate) {
+          const float2 before = *dst;
+          v.x += before.x;
+          v.y += before.y;
+        }
+        *dst = v;
+      }
+    }
+#endif
+}
+
+// dw[e] = the sum over parts of partials[part][o][tap * cg + c], for e in the
+// filter's layout.
+template <typename T>
+__global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total, int32_t cg,
+                                     int32_t taps, int32_t splits, bool dw_cl) {
+  const int32_t kg = cg * taps;
+  for (int64_t e = grid_start(); e < total; e += grid_step()) {
+    int64_t at = e;
+    if (!dw_cl) {  // (o, c, tap) -> (o, tap, c)
+      const int64_t o = e / kg;
+      const int32_t rest = static_cast<int32_t>(e - o * kg), c = rest / taps, tap = rest % taps;
+      at = o * kg + static_cast<int64_t>(tap) * cg + c;
+    }
+    float sum = 0.f;
+    for (int32_t s = 0; s < splits; ++s) sum += partials[s * total + at];
+    dw[e] = store_value<T>(sum);
+  }
+}
+
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES>
+cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
+  auto kernel = filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES>;
+  constexpr int bytes = filter_shared_bytes<T, BO, BKK, BP, STAGES>();
+  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>((p.Kg + BKK - 1) / BKK),
+                  static_cast<unsigned>((p.Og + BO - 1) / BO),
+                  static_cast<unsigned>(groups * p.splits));
+  kernel<<<grid, 32 * WARPS_O * WARPS_K, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool implicit_filter_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
+                             int64_t og, int64_t groups, int64_t positions) {
+  using xla::ffi::DataType;
+  const bool half = in == DataType::F16 || in == DataType::BF16;
+  if (!(half || (in == DataType::F32 && tf32))) return false;
+  const int64_t vec = half ? 8 : 4;
+  constexpr int64_t k32 = int64_t{1} << 31;
+  return !g.any_lhs_dilation && cg > 0 && og > 0 && cg % vec == 0 && og % vec == 0 &&
+         groups >= 1 && groups <= 65535 && g.nd >= 1 && g.nd <= 3 &&
+         positions <= kMaxFilterPositions &&
+         cg * g.kernel_size < k32 && cg * groups < k32 && og * groups < k32 &&
+         og / 64 < 65535;
+}
+
+cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geometry& g,
+                                     xla::ffi::DataType in, cudaStream_t stream) {
+  using xla::ffi::DataType;
+  const int64_t cg = c.c / c.groups, og = c.o / c.groups;
+  const int64_t m_total = c.n * g.out_size;
+  if (c.splits < 1 || c.groups * c.splits > 65535 || c.partials == nullptr ||
+      m_total > kMaxFilterPositions)
+    return cudaErrorInvalidValue;
+  FilterParams p;
+  p.x = static_cast<const char*>(c.x);
+  p.dy = static_cast<const char*>(c.dy);
+  p.partials = c.partials;
+  p.m_total = static_cast<int32_t>(m_total);
+  p.L = static_cast<int32_t>(g.out_size);
+  p.in_size = static_cast<int32_t>(g.in_size);
+  const int lead = 3 - g.nd;  // 3-D view: leading dimensions of extent 1
+  int64_t kernel[3] = {1, 1, 1}, extent[3] = {1, 1, 1};
+  for (int d = 0; d < 3; ++d) {
+    const int s = d - lead;
+    const bool real = s >= 0;
+    p.in[d] = static_cast<int32_t>(real ? g.in[s] : 1);
+    p.stride[d] = static_cast<int32_t>(real ? g.stride[s] : 1);
+    p.dilation[d] = static_cast<int32_t>(real ? g.rhs_dilation[s] : 1);
+    p.pad[d] = static_cast<int32_t>(real ? g.pad_lo[s] : 0);
+    kernel[d] = real ? g.kernel[s] : 1;
+    extent[d] = real ? g.out[s] : 1;
+  }
+  p.positions = FastDiv(g.out_size);
+  p.out_w = FastDiv(extent[2]);
+  p.out_h = FastDiv(extent[1]);
+  p.kernel_w = FastDiv(kernel[2]);
+  p.kernel_h = FastDiv(kernel[1]);
+  p.cg_div = FastDiv(cg);
+  p.C = static_cast<int32_t>(c.c);
+  p.Cg = static_cast<int32_t>(cg);
+  p.O = static_cast<int32_t>(c.o);
+  p.Og = static_cast<int32_t>(og);
+  p.Kg = static_cast<int32_t>(cg * g.kernel_size);
+  p.splits = static_cast<int32_t>(c.splits);
+  p.accumulate = c.accumulate;
+  constexpr int kPositionsPerTile = 32;  // BP below
+  const int64_t tiles = (m_total + kPositionsPerTile - 1) / kPositionsPerTile;
+  p.per_split = static_cast<int32_t>((tiles + c.splits - 1) / c.splits * kPositionsPerTile);
+  if (og == 0 || cg == 0) return cudaSuccess;
+  if (m_total == 0) {  // no positions: the parts are zeros (or unchanged)
+    if (c.accumulate) return cudaSuccess;
+    return cudaMemsetAsync(c.partials, 0,
+                           implicit_filter_partials_bytes(c.splits, c.o, cg, g.kernel_size), stream);
+  }
+  switch (in) {
+    case DataType::F32: return launch<float, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
+    case DataType::BF16:
+      return launch<__nv_bfloat16, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
+    case DataType::F16: return launch<__half, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t implicit_filter_finish(const float* partials, void* dw, xla::ffi::DataType type,
+                                   int64_t o, int64_t cg, int64_t taps, int64_t splits,
+                                   bool dw_channels_last, cudaStream_t stream) {
+  using xla::ffi::DataType;
+  const int64_t total = o * cg * taps;
+  if (total == 0) return cudaSuccess;
+  const unsigned blocks = blocks_for(total);
+  const int32_t c32 = static_cast<int32_t>(cg), t32 = static_cast<int32_t>(taps),
+                s32 = static_cast<int32_t>(splits);
+  switch (type) {
+    case DataType::F32:
+      filter_finish_kernel<float><<<blocks, kThreads, 0, stream>>>(
+          partials, static_cast<float*>(dw), total, c32, t32, s32, dw_channels_last);
+      break;
+    case DataType::BF16:
+      filter_finish_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
+          partials, static_cast<__nv_bfloat16*>(dw), total, c32, t32, s32, dw_channels_last);
+      break;
+    case DataType::F16:
+      filter_finish_kernel<__half><<<blocks, kThreads, 0, stream>>>(
+          partials, static_cast<__half*>(dw), total, c32, t32, s32, dw_channels_last);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace im2col::cuda
