@@ -102,8 +102,9 @@ struct FilterLoader {
     dw = kw * p.dilation[2] - p.pad[2];
     x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg + ch;
     const int64_t begin = static_cast<int64_t>(split) * p.per_split;
-    m_begin = static_cast<int32_t>(min<int64_t>(begin, p.m_total));
-    m_end = static_cast<int32_t>(min<int64_t>(begin + p.per_split, p.m_total));
+    const int64_t total = p.m_total;
+    m_begin = static_cast<int32_t>(begin < total ? begin : total);
+    m_end = static_cast<int32_t>(begin + p.per_split < total ? begin + p.per_split : total);
   }
 
   __device__ __forceinline__ int k_tiles() const {
