@@ -469,8 +469,16 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
 
 
 # The implicit filter gradient (lib/cuda/implicit_filter_gradient.cu): tiles
-# of 64 output channels x 128 of the reduction, k-tiles of 32 positions.
-_FILTER_TILE_O, _FILTER_TILE_K, _FILTER_POSITIONS = 64, 128, 32
+# of 64 or 128 output channels (_filter_tile_o) x 128 of the reduction,
+# k-tiles of 32 positions.
+_FILTER_TILE_K, _FILTER_POSITIONS = 128, 32
+
+
+def _filter_tile_o(og):
+  """Output channels per tile of the implicit filter gradient (launch_for in
+  lib/cuda/implicit_filter_gradient.cu)."""
+  return 128 if og >= 128 else 64
+
 _FILTER_MAX_POSITIONS = (1 << 31) - 64  # kMaxFilterPositions: per call
 
 
@@ -491,7 +499,7 @@ def _implicit_filter(spec, dtype, c, o, *, positions):
   cg, og = c // spec.groups, o // spec.groups
   return (cg % vec == 0 and og % vec == 0 and positions <= _FILTER_MAX_POSITIONS
           and cg * w.kernel_size < _INT32_LIMIT and max(c, o) < _INT32_LIMIT
-          and og // _FILTER_TILE_O < _MAX_GROUPS_IMPLICIT)
+          and og // 64 < _MAX_GROUPS_IMPLICIT)
 
 
 def use_implicit_filter(spec, dtype, c, o, *, positions):
@@ -505,7 +513,7 @@ def implicit_filter_splits(*, m, og, kg, o, groups, limit):
   gradient's tiles (og x kg per group) are few (5 for 64 channels and a 3x3
   window), so enough parts for three blocks per multiprocessor, each at least
   8 k-tiles of positions, their float32 sums under the workspace cap."""
-  tiles = -(-og // _FILTER_TILE_O) * -(-kg // _FILTER_TILE_K) * groups
+  tiles = -(-og // _filter_tile_o(og)) * -(-kg // _FILTER_TILE_K) * groups
   k_tiles = -(-m // _FILTER_POSITIONS)
   splits = min(-(-3 * _multiprocessors() // tiles), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
   while splits > 1 and splits * o * kg * 4 > limit:

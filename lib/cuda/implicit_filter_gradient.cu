@@ -27,6 +27,8 @@ namespace {
 
 using namespace implicit;
 
+constexpr int kFilterPositions = 32;  // positions per k-tile
+
 // Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits.
 struct FilterParams {
   const char* x;
@@ -55,11 +57,14 @@ __device__ __forceinline__ int stored_chunk(int r, int j) {
 
 template <typename T, int BO, int BKK, int BP, int STAGES>
 constexpr int filter_shared_bytes() {
-  return STAGES * BP * (BO + BKK) * static_cast<int>(sizeof(T));
+  return STAGES * BP * ((BO + BKK) * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(int4)));
 }
 
+
 // The copies of one thread into a k-tile: chunk (panel, j) of rows
-// row0 + ROWS_PER_PASS * i of dy's tile and of the columns' tile.
+// row0 + ROWS_PER_PASS * i of dy's tile and of the columns' tile. Each row's
+// window origin is computed once per k-tile (origins) rather than by every
+// thread that copies a chunk of it.
 template <typename T, int BO, int BKK, int BP, int THREADS>
 struct FilterLoader {
   static constexpr int E = kRowBytes / static_cast<int>(sizeof(T));  // elements per panel row
@@ -67,7 +72,7 @@ struct FilterLoader {
   static constexpr int A_COLS = BO / E * kChunks, B_COLS = BKK / E * kChunks;
   static constexpr int A_RPP = THREADS / A_COLS, B_RPP = THREADS / B_COLS;  // rows per pass
   static_assert(THREADS % A_COLS == 0 && THREADS % B_COLS == 0 && BP % A_RPP == 0 &&
-                    BP % B_RPP == 0,
+                    BP % B_RPP == 0 && BP <= THREADS,
                 "tile shape");
 
   const FilterParams& p;
@@ -111,9 +116,25 @@ struct FilterLoader {
     return m_end > m_begin ? (m_end - m_begin + BP - 1) / BP : 0;
   }
 
+  // The BP rows' window origins of k-tile kt (before the tap displacement)
+  // and image, by the first BP threads.
+  __device__ __forceinline__ void prepare(int4* origins, int kt) const {
+    if (threadIdx.x >= BP) return;
+    const int32_t m = m_begin + kt * BP + static_cast<int32_t>(threadIdx.x);
+    if (m >= m_end) {
+      origins[threadIdx.x] = make_int4(0, 0, 0, -1);  // past the part: no image
+      return;
+    }
+    int32_t image, l, rest, od, oh, ow;
+    p.positions.divmod(m, image, l);
+    p.out_w.divmod(l, rest, ow);
+    p.out_h.divmod(rest, od, oh);
+    origins[threadIdx.x] = make_int4(od * p.stride[0], oh * p.stride[1], ow * p.stride[2], image);
+  }
+
   // k-tile kt of this block's part into a ([BO / E][BP][kChunks]) and b
-  // ([BKK / E][BP][kChunks]).
-  __device__ __forceinline__ void load(uint4* a, uint4* b, int kt) const {
+  // ([BKK / E][BP][kChunks]), its rows' origins prepared.
+  __device__ __forceinline__ void load(uint4* a, uint4* b, const int4* origins, int kt) const {
     const int32_t mb = m_begin + kt * BP;
 #pragma unroll
     for (int i = 0; i < BP / A_RPP; ++i) {
@@ -127,19 +148,16 @@ struct FilterLoader {
 #pragma unroll
     for (int i = 0; i < BP / B_RPP; ++i) {
       const int r = b_row0 + B_RPP * i;
-      const int32_t m = mb + r;
-      int32_t image, l, rest, od, oh, ow;
-      p.positions.divmod(m < m_end ? m : m_begin, image, l);
-      p.out_w.divmod(l, rest, ow);
-      p.out_h.divmod(rest, od, oh);
-      const int32_t zd = od * p.stride[0] + dd, zh = oh * p.stride[1] + dh,
-                    zw = ow * p.stride[2] + dw;
-      const bool valid = b_valid && m < m_end &&
+      const int4 o = origins[r];
+      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
+      const bool valid = b_valid && o.w >= 0 &&
                          static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
                          static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
                          static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
-      const int64_t pixel = static_cast<int64_t>(image) * p.in_size +
-                            (static_cast<int64_t>(zd) * p.in[1] + zh) * p.in[2] + zw;
+      const uint32_t spatial =
+          (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
+          static_cast<uint32_t>(zw);
+      const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
       copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T>(r, b_chunk)),
                  valid ? static_cast<const void*>(x + pixel * p.C) : p.x, valid);
     }
@@ -202,8 +220,8 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
 }
 
 // grid: (kk tiles, o tiles, groups * splits).
-template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES>
-__global__ void __launch_bounds__(32 * WARPS_O * WARPS_K)
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * WARPS_O * WARPS_K, MIN_BLOCKS)
 filter_gradient_kernel(const FilterParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // cp.async, ldmatrix, mma.sync
   constexpr int THREADS = 32 * WARPS_O * WARPS_K;
@@ -218,6 +236,7 @@ filter_gradient_kernel(const FilterParams p) {
   extern __shared__ __align__(128) uint4 smem[];
   uint4* a_tiles = smem;                     // [STAGES][BO / E][BP][kChunks]
   uint4* b_tiles = smem + STAGES * A_TILE;   // [STAGES][BKK / E][BP][kChunks]
+  int4* origins = reinterpret_cast<int4*>(b_tiles + STAGES * B_TILE);  // [STAGES][BP]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t kk0 = blockIdx.x * BKK, o0 = blockIdx.y * BO;
@@ -234,9 +253,15 @@ filter_gradient_kernel(const FilterParams p) {
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
 
   const int warp_o = warp % WARPS_O, warp_k = warp / WARPS_O;
+  // Origins of k-tile t sit in slot t % STAGES, prepared one iteration before
+  // its copies are issued (the barrier at the top of each iteration orders both).
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s)
+    if (s < k_tiles) loader.prepare(origins + s * BP, s);
+  __syncthreads();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, s);
+    if (s < k_tiles) loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, origins + s * BP, s);
     commit_copies();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -245,9 +270,11 @@ filter_gradient_kernel(const FilterParams p) {
     const int next = kt + STAGES - 1;
     if (next < k_tiles) {
       const int s = next % STAGES;
-      loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, next);
+      loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, origins + s * BP, next);
     }
     commit_copies();
+    // Slot kt % STAGES: k-tile kt's copies were issued long ago.
+    if (kt + STAGES < k_tiles) loader.prepare(origins + (kt % STAGES) * BP, kt + STAGES);
     const uint4* a = a_tiles + (kt % STAGES) * A_TILE;
     const uint4* b = b_tiles + (kt % STAGES) * B_TILE;
 #pragma unroll
@@ -312,14 +339,15 @@ __global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total
       at = o * kg + static_cast<int64_t>(tap) * cg + c;
     }
     float sum = 0.f;
+#pragma unroll 8
     for (int32_t s = 0; s < splits; ++s) sum += partials[s * total + at];
     dw[e] = store_value<T>(sum);
   }
 }
 
-template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES>
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
 cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
-  auto kernel = filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES>;
+  auto kernel = filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>;
   constexpr int bytes = filter_shared_bytes<T, BO, BKK, BP, STAGES>();
   if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess)
@@ -329,6 +357,18 @@ cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
                   static_cast<unsigned>(groups * p.splits));
   kernel<<<grid, 32 * WARPS_O * WARPS_K, bytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+// 64 x 128 tiles of dw in 4 warps, or 128 x 128 in 8 where a group has 128
+// output channels or more (each gathered k-tile of the columns then feeds
+// twice the arithmetic). Warp tiles of 32 x 64 either way. Mirrored by
+// _filter_tile_o() in jax_im2col/_conv_primitives.py.
+template <typename T>
+cudaError_t launch_for(const FilterParams& p, int64_t groups, cudaStream_t stream) {
+  constexpr bool f32 = std::is_same_v<T, float>;
+  if (p.Og >= 128)
+    return launch<T, 128, 128, kFilterPositions, 4, 2, f32 ? 3 : 4, 2>(p, groups, stream);
+  return launch<T, 64, 128, kFilterPositions, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);
 }
 
 }  // namespace
@@ -387,9 +427,8 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
   p.Kg = static_cast<int32_t>(cg * g.kernel_size);
   p.splits = static_cast<int32_t>(c.splits);
   p.accumulate = c.accumulate;
-  constexpr int kPositionsPerTile = 32;  // BP below
-  const int64_t tiles = (m_total + kPositionsPerTile - 1) / kPositionsPerTile;
-  p.per_split = static_cast<int32_t>((tiles + c.splits - 1) / c.splits * kPositionsPerTile);
+  const int64_t tiles = (m_total + kFilterPositions - 1) / kFilterPositions;
+  p.per_split = static_cast<int32_t>((tiles + c.splits - 1) / c.splits * kFilterPositions);
   if (og == 0 || cg == 0) return cudaSuccess;
   if (m_total == 0) {  // no positions: the parts are zeros (or unchanged)
     if (c.accumulate) return cudaSuccess;
@@ -397,10 +436,9 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
                            implicit_filter_partials_bytes(c.splits, c.o, cg, g.kernel_size), stream);
   }
   switch (in) {
-    case DataType::F32: return launch<float, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
-    case DataType::BF16:
-      return launch<__nv_bfloat16, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
-    case DataType::F16: return launch<__half, 64, 128, kPositionsPerTile, 2, 2, 4>(p, c.groups, stream);
+    case DataType::F32: return launch_for<float>(p, c.groups, stream);
+    case DataType::BF16: return launch_for<__nv_bfloat16>(p, c.groups, stream);
+    case DataType::F16: return launch_for<__half>(p, c.groups, stream);
     default: return cudaErrorInvalidValue;
   }
 }
