@@ -502,10 +502,20 @@ def _implicit_filter(spec, dtype, c, o, *, positions):
           and og // 64 < _MAX_GROUPS_IMPLICIT)
 
 
+# Where the implicit filter gradient beats im2col + cuBLAS (BENCHMARKS.md, step
+# 25, H100): up to this many output channels per group (r50_3x3_c64 0.53-0.71x
+# of the GEMM path's time, c3d 0.43-0.58x, r50_3x3s2_c128 0.69-0.97x). Wider
+# groups feed cuBLAS's GEMM enough arithmetic per column that its tensor-core
+# rate wins (256 and 512 channels: 1.0-1.7x slower implicit).
+IMPLICIT_FILTER_MAX_CHANNELS = 128
+
+
 def use_implicit_filter(spec, dtype, c, o, *, positions):
-  """Whether the CUDA lowering takes the implicit filter gradient: wherever it
-  applies (BENCHMARKS.md, step 25)."""
-  return _implicit_filter(spec, dtype, c, o, positions=positions)
+  """Whether the CUDA lowering takes the implicit filter gradient: where it
+  applies (_implicit_filter) with at most IMPLICIT_FILTER_MAX_CHANNELS output
+  channels per group."""
+  return (o // spec.groups <= IMPLICIT_FILTER_MAX_CHANNELS
+          and _implicit_filter(spec, dtype, c, o, positions=positions))
 
 
 def implicit_filter_splits(*, m, og, kg, o, groups, limit):

@@ -694,6 +694,11 @@ def test_implicit_gemm_algorithm_choice():
   assert algorithms(strides=(2, 2)) == (2, 0, 2)            # the input gradient has lhs dilation
   assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
   assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
+  # The filter gradient: im2col + cuBLAS past 128 output channels per group.
+  for o, expected in ((128, 2), (136, 0)):
+    xs, ws = jax.ShapeDtypeStruct((2, 64, 9, 9), jnp.bfloat16), jax.ShapeDtypeStruct((o, 64, 3, 3), jnp.bfloat16)
+    loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1, 1), padding="SAME"))
+    assert _gradient_algorithms(loss, xs, ws)[2] == expected
   # One image made channels-last at a time once the cap is below a batch.
   loss = lambda x, w: conv(x, w, window_strides=(1, 1), padding="SAME")
   assert _chunk_attrs(_cuda_text(loss, x, w), "jax_im2col_conv_forward")[0] == 4
