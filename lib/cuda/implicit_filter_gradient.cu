@@ -9,7 +9,9 @@
 // are split into panels of 128 bytes carrying the swizzle of
 // implicit_tile.cuh. That is the transpose of what mma.sync's fragments hold
 // (the reduction runs along rows), which ldmatrix.trans undoes for half types
-// and single 32-bit loads for float32.
+// and single 32-bit loads for float32. On Hopper, where each panel of the
+// columns is one tap and a run of channels, TMA copies fill the k-tiles in
+// place of every thread's gather (filter_gradient_tma_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,9 +20,12 @@
 #include <type_traits>
 
 #include "device_util.cuh"
+#include "hopper.cuh"
 #include "implicit_filter_gradient.h"
+#include "implicit_gemm.h"
 #include "implicit_tile.cuh"
 #include "mma_sync.cuh"
+#include "tensor_maps.h"
 
 namespace im2col::cuda {
 namespace {
@@ -42,17 +47,34 @@ struct FilterParams {
   FastDiv kernel_w, kernel_h;  // tap -> coordinates
   FastDiv cg_div;             // kk -> (tap, channel)
   int32_t C, Cg, O, Og, Kg;
+  int32_t nd, images;         // spatial dimensions (1-3) and images of the call
+  int32_t out[3], kernel[3];  // output and window extents (3-D view)
   int32_t splits, per_split;  // parts of the positions, positions per part
   bool accumulate;
 };
 
+// Positions [begin, end) of part `split`; parts are whole k-tiles.
+struct Part {
+  int32_t begin, end;
+  __device__ __forceinline__ Part(const FilterParams& p, int split) {
+    const int64_t first = static_cast<int64_t>(split) * p.per_split, total = p.m_total;
+    begin = static_cast<int32_t>(first < total ? first : total);
+    end = static_cast<int32_t>(first + p.per_split < total ? first + p.per_split : total);
+  }
+  template <int BP>
+  __device__ __forceinline__ int k_tiles() const {
+    return end > begin ? (end - begin + BP - 1) / BP : 0;
+  }
+};
+
 // Where chunk j of row r of a 128-byte panel is stored. Half types: the 8
 // consecutive rows an ldmatrix.trans phase reads at one chunk hit 8 bank
-// groups. float32: a warp's 32-bit loads read 4 consecutive rows at 2
-// adjacent chunks, which j ^ 2r spreads over all 32 banks.
-template <typename T>
+// groups (TMA's 128-byte swizzle). float32: a warp's 32-bit loads read 4
+// consecutive rows at 2 adjacent chunks, which j ^ 2r spreads over all 32
+// banks; TMA copies can only write j ^ r (2-way conflicts there).
+template <typename T, bool TMA>
 __device__ __forceinline__ int stored_chunk(int r, int j) {
-  return std::is_same_v<T, float> ? j ^ ((2 * r) & 7) : j ^ (r & 7);
+  return std::is_same_v<T, float> && !TMA ? j ^ ((2 * r) & 7) : j ^ (r & 7);
 }
 
 template <typename T, int BO, int BKK, int BP, int STAGES>
@@ -106,14 +128,9 @@ struct FilterLoader {
     dh = kh * p.dilation[1] - p.pad[1];
     dw = kw * p.dilation[2] - p.pad[2];
     x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg + ch;
-    const int64_t begin = static_cast<int64_t>(split) * p.per_split;
-    const int64_t total = p.m_total;
-    m_begin = static_cast<int32_t>(begin < total ? begin : total);
-    m_end = static_cast<int32_t>(begin + p.per_split < total ? begin + p.per_split : total);
-  }
-
-  __device__ __forceinline__ int k_tiles() const {
-    return m_end > m_begin ? (m_end - m_begin + BP - 1) / BP : 0;
+    const Part part(p, split);
+    m_begin = part.begin;
+    m_end = part.end;
   }
 
   // The BP rows' window origins of k-tile kt (before the tap displacement)
@@ -141,7 +158,7 @@ struct FilterLoader {
       const int r = a_row0 + A_RPP * i;
       const int32_t m = mb + r;
       const bool valid = a_valid && m < m_end;
-      copy_async(shared_address(a + (a_at + r) * kChunks + stored_chunk<T>(r, a_chunk)),
+      copy_async(shared_address(a + (a_at + r) * kChunks + stored_chunk<T, false>(r, a_chunk)),
                  valid ? static_cast<const void*>(dy + static_cast<int64_t>(m) * p.O) : p.dy,
                  valid);
     }
@@ -158,7 +175,7 @@ struct FilterLoader {
           (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
           static_cast<uint32_t>(zw);
       const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
-      copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T>(r, b_chunk)),
+      copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T, false>(r, b_chunk)),
                  valid ? static_cast<const void*>(x + pixel * p.C) : p.x, valid);
     }
   }
@@ -168,7 +185,7 @@ struct FilterLoader {
 // warp's MT x NT mma tiles, from tiles whose rows are positions: af from dy's
 // (row = position, element = output channel o from o_first), bf from the
 // columns' (element = kk from n_first).
-template <typename T, int BP, int MT, int NT>
+template <typename T, bool TMA, int BP, int MT, int NT>
 __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (&bf)[NT][2],
                                                const uint4* a, const uint4* b, int ks,
                                                int o_first, int n_first) {
@@ -181,7 +198,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
     auto word = [&](const uint4* tile, int element, int row) {
       const int panel = element / E, e = element % E;
       const uint32_t* chunk = reinterpret_cast<const uint32_t*>(
-          tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 4));
+          tile + (panel * BP + row) * kChunks + stored_chunk<T, TMA>(row, e / 4));
       return chunk[e % 4];
     };
 #pragma unroll
@@ -200,7 +217,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
     const int mi = lane >> 3, lr = lane & 7;
     auto address = [&](const uint4* tile, int element, int row) {
       const int panel = element / E, e = element % E;
-      return shared_address(tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 8));
+      return shared_address(tile + (panel * BP + row) * kChunks + stored_chunk<T, TMA>(row, e / 8));
     };
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -219,6 +236,75 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
   }
 }
 
+// One k-tile: BP / KSTEP k-steps of the warp's MT x NT mma tiles.
+template <typename T, bool TMA, int BP, int MT, int NT>
+__device__ __forceinline__ void multiply_tile(float (&acc)[MT][NT][4], const uint4* a,
+                                              const uint4* b, int o_first, int n_first) {
+  constexpr int KSTEP = std::is_same_v<T, float> ? 8 : 16;  // positions per mma
+  static_assert(BP % KSTEP == 0, "tile shape");
+#pragma unroll
+  for (int ks = 0; ks < BP / KSTEP; ++ks) {
+    uint32_t af[MT][4], bf[NT][2];
+    load_fragments<T, TMA, BP, MT, NT>(af, bf, a, b, ks, o_first, n_first);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
+  }
+}
+
+// The warp's tile of its part's sums (or their addition to it): m16n8
+// accumulators, value v of tile (i, j) at o = lane / 4 + 8 (v / 2), kk = 2
+// (lane % 4) + v % 2. Kg is even (whole vectors of channels), so a pair is
+// either inside or past the row.
+template <int MT, int NT>
+__device__ __forceinline__ void store_part(const FilterParams& p, const float (&acc)[MT][NT][4],
+                                           int group, int split, int32_t o_first,
+                                           int32_t kk_first) {
+  const int lane = threadIdx.x & 31;
+  float* part = p.partials +
+                (static_cast<int64_t>(split) * p.O + static_cast<int64_t>(group) * p.Og) * p.Kg;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t o = o_first + i * 16 + h * 8 + (lane >> 2);
+      if (o >= p.Og) continue;
+      float* row = part + static_cast<int64_t>(o) * p.Kg;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int32_t kk = kk_first + j * 8 + 2 * (lane & 3);
+        if (kk >= p.Kg) continue;
+        float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        float2* dst = reinterpret_cast<float2*>(row + kk);
+        if (p.accumulate) {
+          const float2 before = *dst;
+          v.x += before.x;
+          v.y += before.y;
+        }
+        *dst = v;
+      }
+    }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+}
+
 // grid: (kk tiles, o tiles, groups * splits).
 template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * WARPS_O * WARPS_K, MIN_BLOCKS)
@@ -228,31 +314,23 @@ filter_gradient_kernel(const FilterParams p) {
   constexpr int E = kRowBytes / static_cast<int>(sizeof(T));
   constexpr int WTO = BO / WARPS_O, WTK = BKK / WARPS_K;  // a warp's tile
   constexpr int MT = WTO / 16, NT = WTK / 8;
-  constexpr int KSTEP = std::is_same_v<T, float> ? 8 : 16;  // positions per mma
   constexpr int A_TILE = BO / E * BP * kChunks, B_TILE = BKK / E * BP * kChunks;  // uint4s
-  static_assert(BO % E == 0 && BKK % E == 0 && BP % KSTEP == 0 && NT % 2 == 0 && WTO % 16 == 0,
-                "tile shape");
+  static_assert(BO % E == 0 && BKK % E == 0 && NT % 2 == 0 && WTO % 16 == 0, "tile shape");
 
   extern __shared__ __align__(128) uint4 smem[];
   uint4* a_tiles = smem;                     // [STAGES][BO / E][BP][kChunks]
   uint4* b_tiles = smem + STAGES * A_TILE;   // [STAGES][BKK / E][BP][kChunks]
   int4* origins = reinterpret_cast<int4*>(b_tiles + STAGES * B_TILE);  // [STAGES][BP]
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5;
   const int32_t kk0 = blockIdx.x * BKK, o0 = blockIdx.y * BO;
   const int group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   const FilterLoader<T, BO, BKK, BP, THREADS> loader(p, group, split, o0, kk0);
-  const int k_tiles = loader.k_tiles();
-
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
-
+  const int k_tiles = Part(p, split).k_tiles<BP>();
   const int warp_o = warp % WARPS_O, warp_k = warp / WARPS_O;
+  float acc[MT][NT][4];
+  zero(acc);
+
   // Origins of k-tile t sit in slot t % STAGES, prepared one iteration before
   // its copies are issued (the barrier at the top of each iteration orders both).
 #pragma unroll
@@ -275,53 +353,114 @@ filter_gradient_kernel(const FilterParams p) {
     commit_copies();
     // Slot kt % STAGES: k-tile kt's copies were issued long ago.
     if (kt + STAGES < k_tiles) loader.prepare(origins + (kt % STAGES) * BP, kt + STAGES);
-    const uint4* a = a_tiles + (kt % STAGES) * A_TILE;
-    const uint4* b = b_tiles + (kt % STAGES) * B_TILE;
-#pragma unroll
-    for (int ks = 0; ks < BP / KSTEP; ++ks) {
-      uint32_t af[MT][4], bf[NT][2];
-      load_fragments<T, BP, MT, NT>(af, bf, a, b, ks, warp_o * WTO, warp_k * WTK);
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
-    }
+    multiply_tile<T, false, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
+                                b_tiles + (kt % STAGES) * B_TILE, warp_o * WTO, warp_k * WTK);
   }
   wait_copies<0>();
+  store_part(p, acc, group, split, o0 + warp_o * WTO, kk0 + warp_k * WTK);
+#endif
+}
 
-  // m16n8 accumulators: value v of tile (i, j) at o = lane / 4 + 8 (v / 2),
-  // kk = 2 (lane % 4) + v % 2. Kg is even (whole vectors of channels), so a
-  // pair is either inside or past the row.
-  float* part = p.partials + (static_cast<int64_t>(split) * p.O + static_cast<int64_t>(group) * p.Og) * p.Kg;
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int32_t o = o0 + warp_o * WTO + i * 16 + h * 8 + (lane >> 2);
-      if (o >= p.Og) continue;
-      float* row = part + static_cast<int64_t>(o) * p.Kg;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int32_t kk = kk0 + warp_k * WTK + j * 8 + 2 * (lane & 3);
-        if (kk >= p.Kg) continue;
-        float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        float2* dst = reinterpret_cast<float2*>(row + kk);
-        if (p.accumulate) {
-          const float2 before = *dst;
-          v.x += before.x;
-          v.y += before.y;
-        }
-        *dst = v;
-      }
+// --- Hopper: k-tiles by TMA -----------------------------------------------------
+//
+// Where each panel of the columns is one tap and a run of channels (channels
+// per group a multiple of 64 half / 32 float32): per k-tile, one thread issues
+// a tiled copy per panel of dy's rows (dy as a (positions, channels) matrix)
+// and an im2col copy per panel of the columns (BP windows from the k-tile's
+// first position on, displaced by the panel's tap), all completing on the
+// k-tile's mbarrier. Parts are whole k-tiles, and rows past the call's
+// positions read as zeros from dy's map, so no row needs masking. The barrier
+// at the top of each iteration frees the buffer the next copies go to.
+
+constexpr int kAtomBytes = 1024;  // TMA's 128-byte swizzle repeats every 8 rows
+
+template <typename T, int BO, int BKK, int BP, int STAGES>
+constexpr int tma_shared_bytes() {
+  return kAtomBytes + STAGES * BP * (BO + BKK) * static_cast<int>(sizeof(T)) +
+         STAGES * static_cast<int>(sizeof(uint64_t));
+}
+
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
+__global__ void __launch_bounds__(32 * WARPS_O * WARPS_K, MIN_BLOCKS)
+filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtensorMap dy_map,
+                           const __grid_constant__ CUtensorMap x_map) {
+#ifdef IM2COL_WGMMA
+  using namespace hopper;
+  constexpr int E = kRowBytes / static_cast<int>(sizeof(T));
+  constexpr int WTO = BO / WARPS_O, WTK = BKK / WARPS_K;
+  constexpr int MT = WTO / 16, NT = WTK / 8;
+  constexpr int PANEL = BP * kChunks;  // uint4s
+  constexpr int A_TILE = BO / E * PANEL, B_TILE = BKK / E * PANEL;
+  static_assert(BO % E == 0 && BKK % E == 0 && NT % 2 == 0 && WTO % 16 == 0 &&
+                    (PANEL * 16) % kAtomBytes == 0,
+                "tile shape");
+
+  extern __shared__ uint8_t smem_raw[];
+  uint4* a_tiles = reinterpret_cast<uint4*>(
+      smem_raw + (kAtomBytes - shared_address(smem_raw) % kAtomBytes) % kAtomBytes);
+  uint4* b_tiles = a_tiles + STAGES * A_TILE;
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_tiles + STAGES * B_TILE);  // [STAGES]
+
+  const int warp = threadIdx.x >> 5;
+  const int32_t kk0 = blockIdx.x * BKK, o0 = blockIdx.y * BO;
+  const int group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const Part part(p, split);
+  const int k_tiles = part.k_tiles<BP>();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) barrier_init(shared_address(full + s), 1);
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  auto issue = [&](int kt) {  // by thread 0
+    const int s = kt % STAGES;
+    int32_t image, l, rest, od, oh, ow;
+    const int32_t m = part.begin + kt * BP;
+    p.positions.divmod(m, image, l);
+    p.out_w.divmod(l, rest, ow);
+    p.out_h.divmod(rest, od, oh);
+    const int32_t corner[3] = {od * p.stride[0] - p.pad[0], oh * p.stride[1] - p.pad[1],
+                               ow * p.stride[2] - p.pad[2]};
+    uint32_t bytes = 0;
+    for (int q = 0; q < BO / E; ++q) bytes += o0 + q * E < p.Og ? PANEL * 16 : 0;
+    for (int q = 0; q < BKK / E; ++q) bytes += kk0 + q * E < p.Kg ? PANEL * 16 : 0;
+    const uint32_t bar = shared_address(full + s);
+    barrier_arrive_expect(bar, bytes);
+    for (int q = 0; q < BO / E; ++q)
+      if (o0 + q * E < p.Og)
+        tma_tile_2d(shared_address(a_tiles + s * A_TILE + q * PANEL), &dy_map, bar,
+                    group * p.Og + o0 + q * E, m);
+    for (int q = 0; q < BKK / E; ++q) {
+      const int32_t kk = kk0 + q * E;
+      if (kk >= p.Kg) continue;
+      int32_t tap, c, kd, kh, kw;
+      p.cg_div.divmod(kk, tap, c);
+      p.kernel_w.divmod(tap, rest, kw);
+      p.kernel_h.divmod(rest, kd, kh);
+      const uint16_t taps[3] = {static_cast<uint16_t>(kd * p.dilation[0]),
+                                static_cast<uint16_t>(kh * p.dilation[1]),
+                                static_cast<uint16_t>(kw * p.dilation[2])};
+      const uint32_t dst = shared_address(b_tiles + s * B_TILE + q * PANEL);
+      const int32_t channel = group * p.Cg + c;
+      if (p.nd == 1) tma_im2col<1>(dst, &x_map, bar, channel, corner, image, taps);
+      else if (p.nd == 2) tma_im2col<2>(dst, &x_map, bar, channel, corner, image, taps);
+      else tma_im2col<3>(dst, &x_map, bar, channel, corner, image, taps);
     }
+  };
+
+  const int warp_o = warp % WARPS_O, warp_k = warp / WARPS_O;
+  float acc[MT][NT][4];
+  zero(acc);
+  if (threadIdx.x == 0)
+    for (int s = 0; s < STAGES - 1 && s < k_tiles; ++s) issue(s);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    __syncthreads();  // every warp is done with k-tile kt - 1's buffer
+    if (threadIdx.x == 0 && kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);
+    barrier_wait(shared_address(full + kt % STAGES), (kt / STAGES) & 1);
+    multiply_tile<T, true, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
+                               b_tiles + (kt % STAGES) * B_TILE, warp_o * WTO, warp_k * WTK);
+  }
+  store_part(p, acc, group, split, o0 + warp_o * WTO, kk0 + warp_k * WTK);
 #endif
 }
 
@@ -345,30 +484,79 @@ __global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total
   }
 }
 
-template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
-cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
-  auto kernel = filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>;
-  constexpr int bytes = filter_shared_bytes<T, BO, BKK, BP, STAGES>();
+template <int BO, int BKK, typename Kernel, typename... Maps>
+cudaError_t launch_tiles(Kernel kernel, int threads, int bytes, const FilterParams& p,
+                         int64_t groups, cudaStream_t stream, const Maps&... maps) {
   if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       e != cudaSuccess)
     return e;
   const dim3 grid(static_cast<unsigned>((p.Kg + BKK - 1) / BKK),
                   static_cast<unsigned>((p.Og + BO - 1) / BO),
                   static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, 32 * WARPS_O * WARPS_K, bytes, stream>>>(p);
+  kernel<<<grid, threads, bytes, stream>>>(p, maps...);
   return cudaGetLastError();
 }
 
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
+cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
+  return launch_tiles<BO, BKK>(
+      filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>,
+      32 * WARPS_O * WARPS_K, filter_shared_bytes<T, BO, BKK, BP, STAGES>(), p, groups, stream);
+}
+
+// The TMA kernel where it applies: each panel of the columns one tap (channels
+// per group a multiple of the panel), windows an im2col box describes, 16-byte
+// aligned operands; cudaErrorNotSupported otherwise (or where a map does not
+// encode), and the caller falls back.
+template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
+cudaError_t launch_tma(const FilterParams& p, int64_t groups, cudaStream_t stream) {
+#ifndef JAX_IM2COL_SM90A
+  (void)p, (void)groups, (void)stream;
+  return cudaErrorNotSupported;
+#else
+  constexpr int E = kRowBytes / static_cast<int>(sizeof(T));
+  const WindowBox box{p.nd, p.in, p.out, p.stride, p.dilation, p.pad, p.kernel};
+  if (p.Cg % E != 0 || p.images < 1 || reinterpret_cast<uintptr_t>(p.x) % 16 ||
+      reinterpret_cast<uintptr_t>(p.dy) % 16 || !im2col_box_fits(box))
+    return cudaErrorNotSupported;
+  CUtensorMap dy_map, x_map;
+  if (!encode_rows_map<T>(&dy_map, p.dy, p.m_total, p.O, E, BP) ||
+      !encode_im2col_map<T>(&x_map, p.x, box, p.C, p.images, E, BP))
+    return cudaErrorNotSupported;
+  constexpr int bytes = tma_shared_bytes<T, BO, BKK, BP, STAGES>();
+  static_assert(MIN_BLOCKS * bytes <= 227 * 1024, "shared memory");
+  return launch_tiles<BO, BKK>(
+      filter_gradient_tma_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>,
+      32 * WARPS_O * WARPS_K, bytes, p, groups, stream, dy_map, x_map);
+#endif
+}
+
+bool on_hopper() {
+  int device = 0, major = 0, minor = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+         major == 9 && minor == 0;
+}
+
 // 64 x 128 tiles of dw in 4 warps, or 128 x 128 in 8 where a group has 128
-// output channels or more (each gathered k-tile of the columns then feeds
-// twice the arithmetic). Warp tiles of 32 x 64 either way. Mirrored by
-// _filter_tile_o() in jax_im2col/_conv_primitives.py.
+// output channels or more (each k-tile of the columns then feeds twice the
+// arithmetic). Warp tiles of 32 x 64 either way. On Hopper (sm_90a builds)
+// the TMA kernel where it applies. Mirrored by _filter_tile_o() in
+// jax_im2col/_conv_primitives.py.
 template <typename T>
 cudaError_t launch_for(const FilterParams& p, int64_t groups, cudaStream_t stream) {
   constexpr bool f32 = std::is_same_v<T, float>;
-  if (p.Og >= 128)
-    return launch<T, 128, 128, kFilterPositions, 4, 2, f32 ? 3 : 4, 2>(p, groups, stream);
-  return launch<T, 64, 128, kFilterPositions, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);
+  constexpr int BP = kFilterPositions;
+  const bool wide = p.Og >= 128;
+  if (hopper_kernels_compiled() && on_hopper()) {
+    // float32's 32-bit fragment loads need more than 128 registers a thread.
+    const cudaError_t e = wide ? launch_tma<T, 128, 128, BP, 4, 2, f32 ? 3 : 4, f32 ? 1 : 2>(p, groups, stream)
+                               : launch_tma<T, 64, 128, BP, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  if (wide) return launch<T, 128, 128, BP, 4, 2, f32 ? 3 : 4, 2>(p, groups, stream);
+  return launch<T, 64, 128, BP, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);
 }
 
 }  // namespace
@@ -414,6 +602,12 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
     kernel[d] = real ? g.kernel[s] : 1;
     extent[d] = real ? g.out[s] : 1;
   }
+  for (int d = 0; d < 3; ++d) {
+    p.out[d] = static_cast<int32_t>(extent[d]);
+    p.kernel[d] = static_cast<int32_t>(kernel[d]);
+  }
+  p.nd = static_cast<int32_t>(g.nd);
+  p.images = static_cast<int32_t>(c.n);
   p.positions = FastDiv(g.out_size);
   p.out_w = FastDiv(extent[2]);
   p.out_h = FastDiv(extent[1]);

@@ -33,6 +33,7 @@
 #include "hopper.cuh"
 #include "implicit_gemm.h"
 #include "implicit_tile.cuh"
+#include "tensor_maps.h"
 #include "wgmma.cuh"
 
 namespace im2col::cuda {
@@ -249,93 +250,27 @@ implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap ima
 #endif
 }
 
-// The driver's tensor-map encoders, looked up once (no link to libcuda).
-struct Encoders {
-  PFN_cuTensorMapEncodeIm2col_v12000 im2col = nullptr;
-  PFN_cuTensorMapEncodeTiled_v12000 tiled = nullptr;
-};
-
-const Encoders& encoders() {
-  static const Encoders e = [] {
-    Encoders out;
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault,
-                                         &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      out.im2col = reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(fn);
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      out.tiled = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    return out;
-  }();
-  return e;
-}
-
-template <typename T>
-constexpr CUtensorMapDataType map_type() {
-  if constexpr (std::is_same_v<T, float>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  else if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  else return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+WindowBox window_box(const Params& p) {
+  return WindowBox{p.nd, p.in, p.out, p.stride, p.dilation, p.pad, p.kernel};
 }
 
 // Whether the TMA kernel takes a call: k-tiles of whole taps, and windows the
-// im2col box can describe (its corners are 16-, 8- or 5-bit signed offsets for
-// 1-, 2- and 3-D images; strides at most 8).
+// im2col box can describe.
 template <typename T>
 bool tma_applies(const Params& p) {
   constexpr int BKE = kRowBytes / sizeof(T);
-  if (p.Cg % BKE != 0 || p.nd < 1 || p.nd > 3 || p.images < 1) return false;
+  if (p.Cg % BKE != 0 || p.images < 1) return false;
   if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
-  const int32_t limit = p.nd == 1 ? 32767 : p.nd == 2 ? 127 : 15;
-  for (int d = 3 - p.nd; d < 3; ++d) {
-    const int32_t lower = -p.pad[d];
-    const int32_t upper = lower + (p.out[d] - 1) * p.stride[d] - (p.in[d] - 1);
-    const int32_t reach = p.dilation[d] * (p.kernel[d] - 1);
-    if (p.stride[d] > 8 || lower < -limit - 1 || lower > limit || upper < -limit - 1 ||
-        upper > limit || reach > limit)
-      return false;
-  }
-  return true;
+  return im2col_box_fits(window_box(p));
 }
 
-// The image as an im2col map (dimensions innermost first: channels, then the
-// spatial ones from the last, then images) and the filter rows as a tiled map.
+// The image as an im2col map (boxes of kTmaBM windows) and the filter rows
+// as a tiled map.
 template <typename T, int BN>
 bool encode_maps(const Params& p, int64_t groups, CUtensorMap* image, CUtensorMap* filter) {
-  const Encoders& e = encoders();
-  if (!e.im2col || !e.tiled) return false;
-  constexpr cuuint32_t BKE = kRowBytes / sizeof(T);
-  const int rank = p.nd + 2;
-  cuuint64_t dims[5], strides[4];
-  cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  int lower[3], upper[3];
-  dims[0] = static_cast<cuuint64_t>(p.C);
-  for (int i = 0; i < p.nd; ++i) {
-    const int d = 2 - i;  // innermost spatial dimension first
-    dims[1 + i] = static_cast<cuuint64_t>(p.in[d]);
-    element_strides[1 + i] = static_cast<cuuint32_t>(p.stride[d]);
-    lower[i] = -p.pad[d];
-    upper[i] = lower[i] + (p.out[d] - 1) * p.stride[d] - (p.in[d] - 1);
-  }
-  dims[rank - 1] = static_cast<cuuint64_t>(p.images);
-  strides[0] = dims[0] * sizeof(T);
-  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
-  if (e.im2col(image, map_type<T>(), rank, const_cast<char*>(p.x), dims, strides, lower, upper,
-               BKE, kTmaBM, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return false;
-  const cuuint64_t rows_dims[2] = {static_cast<cuuint64_t>(p.Kg),
-                                   static_cast<cuuint64_t>(groups * p.Og)};
-  const cuuint64_t rows_strides[1] = {static_cast<cuuint64_t>(p.Kg) * sizeof(T)};
-  const cuuint32_t box[2] = {BKE, static_cast<cuuint32_t>(BN)};
-  const cuuint32_t ones[2] = {1, 1};
-  return e.tiled(filter, map_type<T>(), 2, const_cast<char*>(p.w), rows_dims, rows_strides, box,
-                 ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  constexpr uint32_t BKE = kRowBytes / sizeof(T);
+  return encode_im2col_map<T>(image, p.x, window_box(p), p.C, p.images, BKE, kTmaBM) &&
+         encode_rows_map<T>(filter, p.w, groups * p.Og, p.Kg, BKE, BN);
 }
 
 // MIN_BLOCKS per multiprocessor: where the ring is short enough for two, one
