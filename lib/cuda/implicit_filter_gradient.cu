@@ -9,9 +9,9 @@
 // are split into panels of 128 bytes carrying the swizzle of
 // implicit_tile.cuh. That is the transpose of what mma.sync's fragments hold
 // (the reduction runs along rows), which ldmatrix.trans undoes for half types
-// and single 32-bit loads for float32. On Hopper, where each panel of the
-// columns is one tap and a run of channels, TMA copies fill the k-tiles in
-// place of every thread's gather (filter_gradient_tma_kernel).
+// and single 32-bit loads for float32. On Hopper, for half types where each
+// panel of the columns is one tap and a run of channels, TMA copies fill the
+// k-tiles in place of every thread's gather (filter_gradient_tma_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -71,10 +71,11 @@ struct Part {
 // consecutive rows an ldmatrix.trans phase reads at one chunk hit 8 bank
 // groups (TMA's 128-byte swizzle). float32: a warp's 32-bit loads read 4
 // consecutive rows at 2 adjacent chunks, which j ^ 2r spreads over all 32
-// banks; TMA copies can only write j ^ r (2-way conflicts there).
-template <typename T, bool TMA>
+// banks (TMA copies could only write j ^ r: 2-way conflicts, and float32
+// measured slower there; BENCHMARKS.md, step 26).
+template <typename T>
 __device__ __forceinline__ int stored_chunk(int r, int j) {
-  return std::is_same_v<T, float> && !TMA ? j ^ ((2 * r) & 7) : j ^ (r & 7);
+  return std::is_same_v<T, float> ? j ^ ((2 * r) & 7) : j ^ (r & 7);
 }
 
 template <typename T, int BO, int BKK, int BP, int STAGES>
@@ -158,7 +159,7 @@ struct FilterLoader {
       const int r = a_row0 + A_RPP * i;
       const int32_t m = mb + r;
       const bool valid = a_valid && m < m_end;
-      copy_async(shared_address(a + (a_at + r) * kChunks + stored_chunk<T, false>(r, a_chunk)),
+      copy_async(shared_address(a + (a_at + r) * kChunks + stored_chunk<T>(r, a_chunk)),
                  valid ? static_cast<const void*>(dy + static_cast<int64_t>(m) * p.O) : p.dy,
                  valid);
     }
@@ -175,7 +176,7 @@ struct FilterLoader {
           (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
           static_cast<uint32_t>(zw);
       const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
-      copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T, false>(r, b_chunk)),
+      copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T>(r, b_chunk)),
                  valid ? static_cast<const void*>(x + pixel * p.C) : p.x, valid);
     }
   }
@@ -185,7 +186,7 @@ struct FilterLoader {
 // warp's MT x NT mma tiles, from tiles whose rows are positions: af from dy's
 // (row = position, element = output channel o from o_first), bf from the
 // columns' (element = kk from n_first).
-template <typename T, bool TMA, int BP, int MT, int NT>
+template <typename T, int BP, int MT, int NT>
 __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (&bf)[NT][2],
                                                const uint4* a, const uint4* b, int ks,
                                                int o_first, int n_first) {
@@ -198,7 +199,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
     auto word = [&](const uint4* tile, int element, int row) {
       const int panel = element / E, e = element % E;
       const uint32_t* chunk = reinterpret_cast<const uint32_t*>(
-          tile + (panel * BP + row) * kChunks + stored_chunk<T, TMA>(row, e / 4));
+          tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 4));
       return chunk[e % 4];
     };
 #pragma unroll
@@ -217,7 +218,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
     const int mi = lane >> 3, lr = lane & 7;
     auto address = [&](const uint4* tile, int element, int row) {
       const int panel = element / E, e = element % E;
-      return shared_address(tile + (panel * BP + row) * kChunks + stored_chunk<T, TMA>(row, e / 8));
+      return shared_address(tile + (panel * BP + row) * kChunks + stored_chunk<T>(row, e / 8));
     };
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -237,7 +238,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[MT][4], uint32_t (
 }
 
 // One k-tile: BP / KSTEP k-steps of the warp's MT x NT mma tiles.
-template <typename T, bool TMA, int BP, int MT, int NT>
+template <typename T, int BP, int MT, int NT>
 __device__ __forceinline__ void multiply_tile(float (&acc)[MT][NT][4], const uint4* a,
                                               const uint4* b, int o_first, int n_first) {
   constexpr int KSTEP = std::is_same_v<T, float> ? 8 : 16;  // positions per mma
@@ -245,7 +246,7 @@ __device__ __forceinline__ void multiply_tile(float (&acc)[MT][NT][4], const uin
 #pragma unroll
   for (int ks = 0; ks < BP / KSTEP; ++ks) {
     uint32_t af[MT][4], bf[NT][2];
-    load_fragments<T, TMA, BP, MT, NT>(af, bf, a, b, ks, o_first, n_first);
+    load_fragments<T, BP, MT, NT>(af, bf, a, b, ks, o_first, n_first);
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -353,7 +354,7 @@ filter_gradient_kernel(const FilterParams p) {
     commit_copies();
     // Slot kt % STAGES: k-tile kt's copies were issued long ago.
     if (kt + STAGES < k_tiles) loader.prepare(origins + (kt % STAGES) * BP, kt + STAGES);
-    multiply_tile<T, false, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
+    multiply_tile<T, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
                                 b_tiles + (kt % STAGES) * B_TILE, warp_o * WTO, warp_k * WTK);
   }
   wait_copies<0>();
@@ -363,8 +364,8 @@ filter_gradient_kernel(const FilterParams p) {
 
 // --- Hopper: k-tiles by TMA -----------------------------------------------------
 //
-// Where each panel of the columns is one tap and a run of channels (channels
-// per group a multiple of 64 half / 32 float32): per k-tile, one thread issues
+// Half types, where each panel of the columns is one tap and a run of
+// channels (channels per group a multiple of 64): per k-tile, one thread issues
 // a tiled copy per panel of dy's rows (dy as a (positions, channels) matrix)
 // and an im2col copy per panel of the columns (BP windows from the k-tile's
 // first position on, displaced by the panel's tap), all completing on the
@@ -392,8 +393,8 @@ filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtenso
   constexpr int PANEL = BP * kChunks;  // uint4s
   constexpr int A_TILE = BO / E * PANEL, B_TILE = BKK / E * PANEL;
   static_assert(BO % E == 0 && BKK % E == 0 && NT % 2 == 0 && WTO % 16 == 0 &&
-                    (PANEL * 16) % kAtomBytes == 0,
-                "tile shape");
+                    (PANEL * 16) % kAtomBytes == 0 && !std::is_same_v<T, float>,
+                "tile shape, half types");
 
   extern __shared__ uint8_t smem_raw[];
   uint4* a_tiles = reinterpret_cast<uint4*>(
@@ -457,7 +458,7 @@ filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtenso
     __syncthreads();  // every warp is done with k-tile kt - 1's buffer
     if (threadIdx.x == 0 && kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);
     barrier_wait(shared_address(full + kt % STAGES), (kt / STAGES) & 1);
-    multiply_tile<T, true, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
+    multiply_tile<T, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
                                b_tiles + (kt % STAGES) * B_TILE, warp_o * WTO, warp_k * WTK);
   }
   store_part(p, acc, group, split, o0 + warp_o * WTO, kk0 + warp_k * WTK);
@@ -542,18 +543,19 @@ bool on_hopper() {
 // 64 x 128 tiles of dw in 4 warps, or 128 x 128 in 8 where a group has 128
 // output channels or more (each k-tile of the columns then feeds twice the
 // arithmetic). Warp tiles of 32 x 64 either way. On Hopper (sm_90a builds)
-// the TMA kernel where it applies. Mirrored by _filter_tile_o() in
+// the TMA kernel for half types where it applies. Mirrored by _filter_tile_o() in
 // jax_im2col/_conv_primitives.py.
 template <typename T>
 cudaError_t launch_for(const FilterParams& p, int64_t groups, cudaStream_t stream) {
   constexpr bool f32 = std::is_same_v<T, float>;
   constexpr int BP = kFilterPositions;
   const bool wide = p.Og >= 128;
-  if (hopper_kernels_compiled() && on_hopper()) {
-    // float32's 32-bit fragment loads need more than 128 registers a thread.
-    const cudaError_t e = wide ? launch_tma<T, 128, 128, BP, 4, 2, f32 ? 3 : 4, f32 ? 1 : 2>(p, groups, stream)
-                               : launch_tma<T, 64, 128, BP, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);
-    if (e != cudaErrorNotSupported) return e;
+  if constexpr (!f32) {
+    if (hopper_kernels_compiled() && on_hopper()) {
+      const cudaError_t e = wide ? launch_tma<T, 128, 128, BP, 4, 2, 4, 2>(p, groups, stream)
+                                 : launch_tma<T, 64, 128, BP, 2, 2, 4, 4>(p, groups, stream);
+      if (e != cudaErrorNotSupported) return e;
+    }
   }
   if (wide) return launch<T, 128, 128, BP, 4, 2, f32 ? 3 : 4, 2>(p, groups, stream);
   return launch<T, 64, 128, BP, 2, 2, 4, f32 ? 2 : 4>(p, groups, stream);

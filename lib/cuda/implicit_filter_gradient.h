@@ -1,8 +1,8 @@
 // The filter gradient as an implicit GEMM on tensor cores (mma.sync, Ampere
 // and newer): the im2col columns of x are never written; each block gathers
 // its k-tile of them from the channels-last image into shared memory, beside
-// the matching rows of dy (on Hopper, in sm_90a builds, by TMA copies where
-// channels per group fill whole 128-byte panels). Per group g,
+// the matching rows of dy (on Hopper, in sm_90a builds, half types by TMA
+// copies where channels per group fill whole 128-byte panels). Per group g,
 //   dw[o, kk] = sum_m dy[m, g * Og + o] * x_cols[m, kk]     kk = (tap, channel)
 // summed over every (image, output position) m. Half types multiply in their
 // own precision, float32 as TF32 rounded to nearest (XLA's DEFAULT); all
