@@ -50,13 +50,23 @@ struct ImplicitWorkspace {
   size_t filter = 0, image = 0, partials = 0, total = 0;  // offsets
 };
 
+// Three aligned regions end to end: their offsets and the total.
+struct ThreeRegions {
+  size_t first = 0, second = 0, third = 0, total = 0;
+};
+
+inline ThreeRegions three_regions(size_t first_bytes, size_t second_bytes, size_t third_bytes) {
+  ThreeRegions r;
+  r.second = align_up(first_bytes);
+  r.third = r.second + align_up(second_bytes);
+  r.total = r.third + align_up(third_bytes);
+  return r;
+}
+
 inline ImplicitWorkspace implicit_workspace(size_t filter_bytes, size_t image_bytes,
                                             size_t partials_bytes) {
-  ImplicitWorkspace w;
-  w.image = align_up(filter_bytes);
-  w.partials = w.image + align_up(image_bytes);
-  w.total = w.partials + align_up(partials_bytes);
-  return w;
+  const ThreeRegions r = three_regions(filter_bytes, image_bytes, partials_bytes);
+  return ImplicitWorkspace{r.first, r.second, r.third, r.total};
 }
 
 // Workspace of the implicit filter gradient: one chunk of images of x and of
@@ -68,11 +78,8 @@ struct ImplicitFilterWorkspace {
 
 inline ImplicitFilterWorkspace implicit_filter_workspace(size_t image_bytes, size_t gradient_bytes,
                                                          size_t partials_bytes) {
-  ImplicitFilterWorkspace w;
-  w.gradient = align_up(image_bytes);
-  w.partials = w.gradient + align_up(gradient_bytes);
-  w.total = w.partials + align_up(partials_bytes);
-  return w;
+  const ThreeRegions r = three_regions(image_bytes, gradient_bytes, partials_bytes);
+  return ImplicitFilterWorkspace{r.first, r.second, r.third, r.total};
 }
 
 }  // namespace im2col

@@ -112,6 +112,18 @@ __device__ __forceinline__ void tma_im2col(uint32_t dst, const CUtensorMap* map,
         : "memory");
   }
 }
+
+// tma_im2col for an image of nd (1-3) spatial dimensions, the tap given as
+// displacements per dimension of the 3-D view.
+__device__ __forceinline__ void tma_im2col_nd(int nd, uint32_t dst, const CUtensorMap* map,
+                                              uint32_t bar, int32_t c, const int32_t (&corner)[3],
+                                              int32_t n, const int32_t (&disp)[3]) {
+  const uint16_t tap[3] = {static_cast<uint16_t>(disp[0]), static_cast<uint16_t>(disp[1]),
+                           static_cast<uint16_t>(disp[2])};
+  if (nd == 1) tma_im2col<1>(dst, map, bar, c, corner, n, tap);
+  else if (nd == 2) tma_im2col<2>(dst, map, bar, c, corner, n, tap);
+  else tma_im2col<3>(dst, map, bar, c, corner, n, tap);
+}
 #endif
 
 }  // namespace im2col::cuda::hopper

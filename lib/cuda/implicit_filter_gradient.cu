@@ -121,13 +121,11 @@ struct FilterLoader {
     dy = reinterpret_cast<const T*>(p.dy) + static_cast<int64_t>(group) * p.Og + o;
     const int32_t kk = kk0 + tb / kChunks * E + b_chunk * VEC;
     b_valid = kk < p.Kg;
-    int32_t tap, ch, rest, kd, kh, kw;
-    p.cg_div.divmod(b_valid ? kk : 0, tap, ch);
-    p.kernel_w.divmod(tap, rest, kw);
-    p.kernel_h.divmod(rest, kd, kh);
-    dd = kd * p.dilation[0] - p.pad[0];
-    dh = kh * p.dilation[1] - p.pad[1];
-    dw = kw * p.dilation[2] - p.pad[2];
+    int32_t ch, disp[3];
+    tap_of(p, b_valid ? kk : 0, ch, disp);
+    dd = disp[0] - p.pad[0];
+    dh = disp[1] - p.pad[1];
+    dw = disp[2] - p.pad[2];
     x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg + ch;
     const Part part(p, split);
     m_begin = part.begin;
@@ -434,18 +432,10 @@ filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtenso
     for (int q = 0; q < BKK / E; ++q) {
       const int32_t kk = kk0 + q * E;
       if (kk >= p.Kg) continue;
-      int32_t tap, c, kd, kh, kw;
-      p.cg_div.divmod(kk, tap, c);
-      p.kernel_w.divmod(tap, rest, kw);
-      p.kernel_h.divmod(rest, kd, kh);
-      const uint16_t taps[3] = {static_cast<uint16_t>(kd * p.dilation[0]),
-                                static_cast<uint16_t>(kh * p.dilation[1]),
-                                static_cast<uint16_t>(kw * p.dilation[2])};
-      const uint32_t dst = shared_address(b_tiles + s * B_TILE + q * PANEL);
-      const int32_t channel = group * p.Cg + c;
-      if (p.nd == 1) tma_im2col<1>(dst, &x_map, bar, channel, corner, image, taps);
-      else if (p.nd == 2) tma_im2col<2>(dst, &x_map, bar, channel, corner, image, taps);
-      else tma_im2col<3>(dst, &x_map, bar, channel, corner, image, taps);
+      int32_t c, disp[3];
+      tap_of(p, kk, c, disp);
+      tma_im2col_nd(p.nd, shared_address(b_tiles + s * B_TILE + q * PANEL), &x_map, bar,
+                    group * p.Cg + c, corner, image, disp);
     }
   };
 
@@ -485,24 +475,18 @@ __global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total
   }
 }
 
-template <int BO, int BKK, typename Kernel, typename... Maps>
-cudaError_t launch_tiles(Kernel kernel, int threads, int bytes, const FilterParams& p,
-                         int64_t groups, cudaStream_t stream, const Maps&... maps) {
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return e;
-  const dim3 grid(static_cast<unsigned>((p.Kg + BKK - 1) / BKK),
-                  static_cast<unsigned>((p.Og + BO - 1) / BO),
-                  static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, threads, bytes, stream>>>(p, maps...);
-  return cudaGetLastError();
+// grid: (kk tiles, o tiles, groups * splits).
+template <int BO, int BKK>
+dim3 filter_grid(const FilterParams& p, int64_t groups) {
+  return dim3(static_cast<unsigned>((p.Kg + BKK - 1) / BKK), static_cast<unsigned>((p.Og + BO - 1) / BO),
+              static_cast<unsigned>(groups * p.splits));
 }
 
 template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
 cudaError_t launch(const FilterParams& p, int64_t groups, cudaStream_t stream) {
-  return launch_tiles<BO, BKK>(
-      filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>,
-      32 * WARPS_O * WARPS_K, filter_shared_bytes<T, BO, BKK, BP, STAGES>(), p, groups, stream);
+  return launch_with_shared(filter_gradient_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>,
+                            filter_grid<BO, BKK>(p, groups), 32 * WARPS_O * WARPS_K,
+                            filter_shared_bytes<T, BO, BKK, BP, STAGES>(), stream, p);
 }
 
 // The TMA kernel where it applies: each panel of the columns one tap (channels
@@ -526,9 +510,9 @@ cudaError_t launch_tma(const FilterParams& p, int64_t groups, cudaStream_t strea
     return cudaErrorNotSupported;
   constexpr int bytes = tma_shared_bytes<T, BO, BKK, BP, STAGES>();
   static_assert(MIN_BLOCKS * bytes <= 227 * 1024, "shared memory");
-  return launch_tiles<BO, BKK>(
+  return launch_with_shared(
       filter_gradient_tma_kernel<T, BO, BKK, BP, WARPS_O, WARPS_K, STAGES, MIN_BLOCKS>,
-      32 * WARPS_O * WARPS_K, bytes, p, groups, stream, dy_map, x_map);
+      filter_grid<BO, BKK>(p, groups), 32 * WARPS_O * WARPS_K, bytes, stream, p, dy_map, x_map);
 #endif
 }
 
@@ -590,31 +574,9 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
   p.dy = static_cast<const char*>(c.dy);
   p.partials = c.partials;
   p.m_total = static_cast<int32_t>(m_total);
-  p.L = static_cast<int32_t>(g.out_size);
-  p.in_size = static_cast<int32_t>(g.in_size);
-  const int lead = 3 - g.nd;  // 3-D view: leading dimensions of extent 1
-  int64_t kernel[3] = {1, 1, 1}, extent[3] = {1, 1, 1};
-  for (int d = 0; d < 3; ++d) {
-    const int s = d - lead;
-    const bool real = s >= 0;
-    p.in[d] = static_cast<int32_t>(real ? g.in[s] : 1);
-    p.stride[d] = static_cast<int32_t>(real ? g.stride[s] : 1);
-    p.dilation[d] = static_cast<int32_t>(real ? g.rhs_dilation[s] : 1);
-    p.pad[d] = static_cast<int32_t>(real ? g.pad_lo[s] : 0);
-    kernel[d] = real ? g.kernel[s] : 1;
-    extent[d] = real ? g.out[s] : 1;
-  }
-  for (int d = 0; d < 3; ++d) {
-    p.out[d] = static_cast<int32_t>(extent[d]);
-    p.kernel[d] = static_cast<int32_t>(kernel[d]);
-  }
-  p.nd = static_cast<int32_t>(g.nd);
+  set_window_3d(g, p);
   p.images = static_cast<int32_t>(c.n);
   p.positions = FastDiv(g.out_size);
-  p.out_w = FastDiv(extent[2]);
-  p.out_h = FastDiv(extent[1]);
-  p.kernel_w = FastDiv(kernel[2]);
-  p.kernel_h = FastDiv(kernel[1]);
   p.cg_div = FastDiv(cg);
   p.C = static_cast<int32_t>(c.c);
   p.Cg = static_cast<int32_t>(cg);

@@ -236,28 +236,8 @@ cudaError_t implicit_conv(const ImplicitConv& c, const Geometry& g, xla::ffi::Da
   p.w = static_cast<const char*>(c.w);
   p.y = c.y;
   p.m_total = m_total;
-  p.L = static_cast<int32_t>(g.out_size);
-  p.in_size = static_cast<int32_t>(g.in_size);
-  const int lead = 3 - g.nd;  // 3-D view: leading dimensions of extent 1
-  int64_t kernel[3] = {1, 1, 1}, extent[3] = {1, 1, 1};
-  for (int d = 0; d < 3; ++d) {
-    const int s = d - lead;
-    const bool real = s >= 0;
-    p.in[d] = static_cast<int32_t>(real ? g.in[s] : 1);
-    p.stride[d] = static_cast<int32_t>(real ? g.stride[s] : 1);
-    p.dilation[d] = static_cast<int32_t>(real ? g.rhs_dilation[s] : 1);
-    p.pad[d] = static_cast<int32_t>(real ? g.pad_lo[s] : 0);
-    kernel[d] = real ? g.kernel[s] : 1;
-    extent[d] = real ? g.out[s] : 1;
-    p.kernel[d] = static_cast<int32_t>(kernel[d]);
-    p.out[d] = static_cast<int32_t>(extent[d]);
-  }
-  p.nd = static_cast<int32_t>(g.nd);
+  set_window_3d(g, p);
   p.images = static_cast<int32_t>(c.n);
-  p.out_w = FastDiv(extent[2]);
-  p.out_h = FastDiv(extent[1]);
-  p.kernel_w = FastDiv(kernel[2]);
-  p.kernel_h = FastDiv(kernel[1]);
   p.cg_div = FastDiv(cg);
   p.C = static_cast<int32_t>(c.c);
   p.Cg = static_cast<int32_t>(cg);

@@ -209,18 +209,10 @@ implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap ima
       const uint32_t bar = shared_address(full + s);
       barrier_arrive_expect(bar, kStageBytes);
       const int32_t kk = (k_begin + kt) * BKE;
-      int32_t tap, c, rest, kd, kh, kw;
-      p.cg_div.divmod(kk, tap, c);
-      p.kernel_w.divmod(tap, rest, kw);
-      p.kernel_h.divmod(rest, kd, kh);
-      const uint16_t taps[3] = {static_cast<uint16_t>(kd * p.dilation[0]),
-                                static_cast<uint16_t>(kh * p.dilation[1]),
-                                static_cast<uint16_t>(kw * p.dilation[2])};
-      const uint32_t a = shared_address(a_tiles + s * BM * kChunks);
-      const int32_t channel = group * p.Cg + c;
-      if (p.nd == 1) tma_im2col<1>(a, &image_map, bar, channel, corner, o.w, taps);
-      else if (p.nd == 2) tma_im2col<2>(a, &image_map, bar, channel, corner, o.w, taps);
-      else tma_im2col<3>(a, &image_map, bar, channel, corner, o.w, taps);
+      int32_t c, disp[3];
+      tap_of(p, kk, c, disp);
+      tma_im2col_nd(p.nd, shared_address(a_tiles + s * BM * kChunks), &image_map, bar,
+                    group * p.Cg + c, corner, o.w, disp);
       tma_tile_2d(shared_address(b_tiles + s * BN * kChunks), &filter_map, bar, kk,
                   group * p.Og + n0);
     }

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../geometry.h"
 #include "device_util.cuh"
 
 namespace im2col::cuda::implicit {
@@ -54,21 +55,66 @@ struct Params {
 template <typename T, typename TY>
 cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream);
 
+// Launches `kernel` on `grid` with `bytes` of dynamic shared memory.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
+                               cudaStream_t stream, const Args&... args) {
+  // Per device and cheap; no stream work, so it is safe under graph capture.
+  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  kernel<<<grid, threads, bytes, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 // Launches an implicit-GEMM kernel with `bytes` of dynamic shared memory on
 // its grid: BM x BN tiles of each group's y, and the parts of a split
 // reduction (blockIdx.z = group * splits + part).
 template <typename Kernel, typename... Args>
 cudaError_t launch_tiles(Kernel kernel, const Params& p, int64_t groups, int bm, int bn,
                          int threads, int bytes, cudaStream_t stream, const Args&... args) {
-  // Per device and cheap; no stream work, so it is safe under graph capture.
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return e;
   const dim3 grid(static_cast<unsigned>((p.m_total + bm - 1) / bm),
                   static_cast<unsigned>((p.Og + bn - 1) / bn),
                   static_cast<unsigned>(groups * p.splits));
-  kernel<<<grid, threads, bytes, stream>>>(p, args...);
-  return cudaGetLastError();
+  return launch_with_shared(kernel, grid, threads, bytes, stream, p, args...);
+}
+
+// The window fields shared by the implicit GEMMs' parameters (Params, and
+// the filter gradient's): every spatial quantity of g as 3-D, leading
+// dimensions of extent 1, in 32 bits.
+template <typename P>
+void set_window_3d(const Geometry& g, P& p) {
+  const int lead = 3 - g.nd;
+  for (int d = 0; d < 3; ++d) {
+    const int s = d - lead;
+    const bool real = s >= 0;
+    p.in[d] = static_cast<int32_t>(real ? g.in[s] : 1);
+    p.stride[d] = static_cast<int32_t>(real ? g.stride[s] : 1);
+    p.dilation[d] = static_cast<int32_t>(real ? g.rhs_dilation[s] : 1);
+    p.pad[d] = static_cast<int32_t>(real ? g.pad_lo[s] : 0);
+    p.kernel[d] = static_cast<int32_t>(real ? g.kernel[s] : 1);
+    p.out[d] = static_cast<int32_t>(real ? g.out[s] : 1);
+  }
+  p.nd = static_cast<int32_t>(g.nd);
+  p.L = static_cast<int32_t>(g.out_size);
+  p.in_size = static_cast<int32_t>(g.in_size);
+  p.out_w = FastDiv(p.out[2]);
+  p.out_h = FastDiv(p.out[1]);
+  p.kernel_w = FastDiv(p.kernel[2]);
+  p.kernel_h = FastDiv(p.kernel[1]);
+}
+
+// Reduction index kk = (tap, channel c) of the implicit GEMMs: c and the tap's
+// displacement per dimension (3-D view, times the dilation).
+template <typename P>
+__device__ __forceinline__ void tap_of(const P& p, int32_t kk, int32_t& c, int32_t (&disp)[3]) {
+  int32_t tap, rest, kd, kh, kw;
+  p.cg_div.divmod(kk, tap, c);
+  p.kernel_w.divmod(tap, rest, kw);
+  p.kernel_h.divmod(rest, kd, kh);
+  disp[0] = kd * p.dilation[0];
+  disp[1] = kh * p.dilation[1];
+  disp[2] = kw * p.dilation[2];
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
