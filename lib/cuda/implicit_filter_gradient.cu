@@ -517,11 +517,8 @@ cudaError_t launch_tma(const FilterParams& p, int64_t groups, cudaStream_t strea
 }
 
 bool on_hopper() {
-  int device = 0, major = 0, minor = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-         major == 9 && minor == 0;
+  DeviceInfo info;
+  return current_device_info(&info) == cudaSuccess && info.major == 9 && info.minor == 0;
 }
 
 // 64 x 128 tiles of dw in 4 warps, or 128 x 128 in 8 where a group has 128

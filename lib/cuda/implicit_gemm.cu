@@ -161,22 +161,6 @@ cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
                       groups, BM, BN, 32 * WARPS_M * WARPS_N, shared_bytes<BM, BN, STAGES>(), stream);
 }
 
-struct DeviceInfo {
-  int multiprocessors = 0, major = 0, minor = 0;
-};
-
-cudaError_t device_info(DeviceInfo* info) {
-  int device = 0;
-  if (auto e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (auto e = cudaDeviceGetAttribute(&info->multiprocessors, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess)
-    return e;
-  if (auto e = cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device);
-      e != cudaSuccess)
-    return e;
-  return cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device);
-}
-
 // The mma.sync kernel's tile for a call: the largest that still gives two
 // blocks per multiprocessor.
 template <typename T, typename TY>
@@ -199,7 +183,7 @@ cudaError_t launch_sm80(const Params& p, int64_t groups, int multiprocessors, cu
 template <typename T, typename TY>
 cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
   DeviceInfo info;
-  if (auto e = device_info(&info); e != cudaSuccess) return e;
+  if (auto e = current_device_info(&info); e != cudaSuccess) return e;
   if (info.major < 8) return cudaErrorNotSupported;  // Python routes these GPUs elsewhere
   cudaError_t e = cudaErrorNotSupported;
   if (info.major == 9 && info.minor == 0 && hopper_kernels_compiled())

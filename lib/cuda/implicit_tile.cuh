@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "../geometry.h"
+#include "device_info.h"
 #include "device_util.cuh"
 
 namespace im2col::cuda::implicit {
@@ -59,9 +60,8 @@ cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cu
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
                                cudaStream_t stream, const Args&... args) {
-  // Per device and cheap; no stream work, so it is safe under graph capture.
-  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
+  // No stream work, so it is safe under graph capture.
+  if (auto e = allow_shared_bytes(reinterpret_cast<const void*>(kernel), bytes); e != cudaSuccess)
     return e;
   kernel<<<grid, threads, bytes, stream>>>(args...);
   return cudaGetLastError();

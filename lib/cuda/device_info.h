@@ -1,0 +1,67 @@
+// What the implicit GEMMs' host code asks of the current device on every
+// call, queried once per device and then read from a cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+
+namespace im2col::cuda {
+
+struct DeviceInfo {
+  int multiprocessors = 0, major = 0, minor = 0;
+};
+
+inline cudaError_t current_device_info(DeviceInfo* info) {
+  int device = 0;
+  if (auto e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(device); it != cache.end()) {
+      *info = it->second;
+      return cudaSuccess;
+    }
+  }
+  DeviceInfo found;
+  if (auto e = cudaDeviceGetAttribute(&found.multiprocessors, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess)
+    return e;
+  if (auto e = cudaDeviceGetAttribute(&found.major, cudaDevAttrComputeCapabilityMajor, device);
+      e != cudaSuccess)
+    return e;
+  if (auto e = cudaDeviceGetAttribute(&found.minor, cudaDevAttrComputeCapabilityMinor, device);
+      e != cudaSuccess)
+    return e;
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[device] = found;
+  *info = found;
+  return cudaSuccess;
+}
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device
+// (and again only for a larger request).
+inline cudaError_t allow_shared_bytes(const void* kernel, int bytes) {
+  int device = 0;
+  if (auto e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;
+  const auto key = std::make_pair(kernel, device);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = allowed.find(key); it != allowed.end() && it->second >= bytes) return cudaSuccess;
+  }
+  if (auto e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return e;
+  std::lock_guard<std::mutex> lock(mutex);
+  int& at = allowed[key];
+  if (at < bytes) at = bytes;
+  return cudaSuccess;
+}
+
+}  // namespace im2col::cuda
