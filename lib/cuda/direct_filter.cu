@@ -16,6 +16,7 @@
 
 #include <type_traits>
 
+#include "device_info.h"
 #include "device_util.cuh"
 #include "direct_conv.h"
 #include "direct_util.cuh"
@@ -417,11 +418,8 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
       if (!done) {
         const size_t smem = static_cast<size_t>(std::min(taps, kDirectMaxTaps)) * kThreads * sizeof(A);
         if (smem > 48 * 1024) {
-          // Per call, not cached: the attribute belongs to the current device's
-          // context, and a call may run on any device. It is a cheap host call.
-          const cudaError_t e = cudaFuncSetAttribute(filter_partial_kernel<ND, T, A>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(smem));
+          const cudaError_t e = allow_shared_bytes(
+              reinterpret_cast<const void*>(filter_partial_kernel<ND, T, A>), static_cast<int>(smem));
           if (e != cudaSuccess) return e;
         }
         filter_partial_kernel<ND, T, A><<<blocks_for(f.count * s.o), kThreads, smem, stream>>>(
