@@ -444,7 +444,7 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
   channels-first input is made channels-last in chunks of images under the
   workspace cap. The filter goes into the kernel's row layout in the
   workspace (pack times its size) unless the forward reads channels-last
-  rows as they are (implicit_forward in lib/cuda/conv.cu)."""
+  rows as they are (implicit_call in lib/cuda/conv.cu)."""
   cl = spec.channels_last
   wa = ctx.avals_in[1]
   relayout = input_gradient or pack > 1 or not cl

@@ -365,57 +365,43 @@ ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, const ConvSh
   return static_cast<char*>(ws.untyped_data());
 }
 
-// pack: groups packed into one (packed_groups), 1 for none.
-ffi::Error implicit_forward(cudaStream_t stream, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
-                            ffi::AnyBuffer& y, const ffi::AnyBuffer& workspace, const ConvShapes& s,
-                            const ConvAttrs& a, int64_t pack) {
-  const DataType in = x.element_type();
-  if (pack < 1 || !implicit_applies(in, a.precision == 0, s.g, s.Cg * pack, s.G / pack))
-    return ffi::Error::InvalidArgument("conv_forward: the implicit GEMM does not apply");
+// The forward, or (input_gradient) the input gradient as a forward
+// convolution of dy on the transposed geometry (stride 1 only, so that it
+// has no lhs dilation) with the filter flipped and transposed per group.
+// a.algorithm: kAlgorithmImplicit, or kAlgorithmPacked (groups packed into
+// one, packed_groups).
+ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const ffi::AnyBuffer& w,
+                         ffi::AnyBuffer& out, const ffi::AnyBuffer& workspace, const ConvShapes& s,
+                         const ConvAttrs& a, bool input_gradient) {
+  const std::string what = input_gradient ? "conv_backward_data" : "conv_forward";
+  const int64_t image_cg = input_gradient ? s.Og : s.Cg;
+  const int64_t pack = a.algorithm == kAlgorithmPacked ? packed_groups(image_cg, s.G) : 1;
+  if (pack == 0) return ffi::Error::InvalidArgument(what + ": the groups do not pack");
+  const DataType in = image.element_type();
+  Geometry t = s.g;
+  if ((input_gradient && (!transposed_geometry(s.g, &t) || t.any_lhs_dilation)) ||
+      !implicit_applies(in, a.precision == 0, t, image_cg * pack, s.G / pack))
+    return ffi::Error::InvalidArgument(what + ": the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
-  const bool relayout = !s.cl || pack > 1;
+  const int64_t c_in = input_gradient ? s.O : s.image.c, c_out = input_gradient ? s.image.c : s.O;
+  // The kernel reads channels-last forward rows (O, K, Cg) as they are.
+  const bool relayout = input_gradient || !s.cl || pack > 1;
   ImplicitWorkspace plan;
   auto ws = implicit_workspace_of(workspace, s, a, relayout ? pack * s.O * s.CgK * e : 0,
-                                  s.image.c * s.g.in_size, e, s.O, s.g.out_size, &plan);
+                                  c_in * t.in_size, e, c_out, t.out_size, &plan);
   if (ws.has_error()) return ws.error();
   const void* rows = w.untyped_data();
-  if (relayout) {  // (O, Cg, K) -> (O, K, Cg), packed block-diagonally
+  if (relayout) {
     rows = *ws + plan.filter;
     if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G,
-                                              s.Og, s.Cg, s.g.kernel_size, false, pack, stream),
+                                              s.Og, s.Cg, s.g.kernel_size, input_gradient, pack,
+                                              stream),
                               "filter layout");
         err.failure())
       return err;
   }
-  return implicit_run(x.untyped_data(), s.image.c, rows, y.untyped_data(), s.O, s.G / pack, s.g, s,
-                      a, in, y.element_type(), *ws + plan.image,
-                      reinterpret_cast<float*>(*ws + plan.partials), stream);
-}
-
-// The input gradient as a forward convolution of dy on the transposed
-// geometry (stride 1 only, so that it has no lhs dilation), with the filter
-// flipped and transposed per group.
-ffi::Error implicit_backward_data(cudaStream_t stream, const ffi::AnyBuffer& dy,
-                                  const ffi::AnyBuffer& w, ffi::AnyBuffer& dx,
-                                  const ffi::AnyBuffer& workspace, const ConvShapes& s,
-                                  const ConvAttrs& a, int64_t pack) {
-  const DataType in = dy.element_type();
-  Geometry t;
-  if (pack < 1 || !transposed_geometry(s.g, &t) || t.any_lhs_dilation ||
-      !implicit_applies(in, a.precision == 0, t, s.Og * pack, s.G / pack))
-    return ffi::Error::InvalidArgument("conv_backward_data: the implicit GEMM does not apply");
-  const size_t e = ffi::ByteWidth(in);
-  ImplicitWorkspace plan;
-  auto ws = implicit_workspace_of(workspace, s, a, pack * s.O * s.CgK * e, s.O * t.in_size, e,
-                                  s.image.c, t.out_size, &plan);
-  if (ws.has_error()) return ws.error();
-  if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G, s.Og,
-                                            s.Cg, s.g.kernel_size, true, pack, stream),
-                            "filter layout");
-      err.failure())
-    return err;
-  return implicit_run(dy.untyped_data(), s.O, *ws + plan.filter, dx.untyped_data(), s.image.c,
-                      s.G / pack, t, s, a, in, dx.element_type(), *ws + plan.image,
+  return implicit_run(image.untyped_data(), c_in, rows, out.untyped_data(), c_out, s.G / pack, t,
+                      s, a, in, out.element_type(), *ws + plan.image,
                       reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 
@@ -485,13 +471,8 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit)
-    return implicit_forward(stream, x, w, *y, *workspace, s, a, 1);
-  if (a.algorithm == kAlgorithmPacked) {
-    const int64_t pack = packed_groups(s.Cg, s.G);
-    if (pack == 0) return ffi::Error::InvalidArgument("conv_forward: the groups do not pack");
-    return implicit_forward(stream, x, w, *y, *workspace, s, a, pack);
-  }
+  if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
+    return implicit_call(stream, x, w, *y, *workspace, s, a, false);
   if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
                                      out, s.g, direct_shapes(s), stream),
@@ -551,13 +532,8 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit)
-    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a, 1);
-  if (a.algorithm == kAlgorithmPacked) {
-    const int64_t pack = packed_groups(s.Og, s.G);
-    if (pack == 0) return ffi::Error::InvalidArgument("conv_backward_data: the groups do not pack");
-    return implicit_backward_data(stream, dy, w, *dx, *workspace, s, a, pack);
-  }
+  if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
+    return implicit_call(stream, dy, w, *dx, *workspace, s, a, true);
   if (a.algorithm == kAlgorithmDirect)
     return cuda_error(direct_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(),
                                            in, s.g, direct_shapes(s), stream),
