@@ -34,21 +34,12 @@ using namespace implicit;
 
 constexpr int kFilterPositions = 32;  // positions per k-tile
 
-// Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits.
-struct FilterParams {
+struct FilterParams : WindowParams {
   const char* x;
   const char* dy;
   float* partials;
-  int32_t m_total;  // images * L
-  int32_t L, in_size;
-  int32_t in[3], stride[3], dilation[3], pad[3];
-  FastDiv positions;          // m -> (image, position)
-  FastDiv out_w, out_h;       // position -> coordinates
-  FastDiv kernel_w, kernel_h;  // tap -> coordinates
-  FastDiv cg_div;             // kk -> (tap, channel)
-  int32_t C, Cg, O, Og, Kg;
-  int32_t nd, images;         // spatial dimensions (1-3) and images of the call
-  int32_t out[3], kernel[3];  // output and window extents (3-D view)
+  int32_t m_total;    // images * L
+  FastDiv positions;  // m -> (image, position)
   int32_t splits, per_split;  // parts of the positions, positions per part
   bool accumulate;
 };
@@ -245,18 +236,7 @@ __device__ __forceinline__ void multiply_tile(float (&acc)[MT][NT][4], const uin
   for (int ks = 0; ks < BP / KSTEP; ++ks) {
     uint32_t af[MT][4], bf[NT][2];
     load_fragments<T, BP, MT, NT>(af, bf, a, b, ks, o_first, n_first);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
+    multiply_fragments<T>(acc, af, bf);
   }
 }
 

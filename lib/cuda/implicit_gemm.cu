@@ -106,20 +106,7 @@ implicit_conv_kernel(const Params p) {
         bf[2 * j + 1][0] = t[2];
         bf[2 * j + 1][1] = t[3];
       }
-      if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
-      }
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
+      multiply_fragments<T>(acc, af, bf);
     }
   }
   wait_copies<0>();

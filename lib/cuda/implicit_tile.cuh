@@ -31,13 +31,11 @@ namespace im2col::cuda::implicit {
 constexpr int kRowBytes = 128;
 constexpr int kChunks = kRowBytes / 16;
 
-// Every spatial quantity as 3-D (leading dimensions of extent 1), in 32 bits
-// (fits_32_bits holds for every geometry the handlers accept).
-struct Params {
-  const char* x;
-  const char* w;
-  void* y;
-  int64_t m_total;  // images * L
+// The window and channels of an implicit GEMM's call: every spatial quantity
+// as 3-D (leading dimensions of extent 1), in 32 bits (fits_32_bits holds for
+// every geometry the handlers accept). Shared by the forward's Params and the
+// filter gradient's; set_window_3d fills the spatial part.
+struct WindowParams {
   int32_t L, in_size;
   int32_t in[3], stride[3], dilation[3], pad[3];
   FastDiv out_w, out_h;       // output position -> coordinates
@@ -46,6 +44,13 @@ struct Params {
   int32_t C, Cg, O, Og, Kg;   // Kg = taps * Cg, the reduction length
   int32_t nd, images;         // spatial dimensions (1-3) and images of the call
   int32_t out[3], kernel[3];  // output and window extents (3-D view)
+};
+
+struct Params : WindowParams {
+  const char* x;
+  const char* w;
+  void* y;
+  int64_t m_total;  // images * L
   bool y_cl, y_pairs;
   int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
   float* partials;  // where the parts go when splits > 1
@@ -79,11 +84,8 @@ cudaError_t launch_tiles(Kernel kernel, const Params& p, int64_t groups, int bm,
   return launch_with_shared(kernel, grid, threads, bytes, stream, p, args...);
 }
 
-// The window fields shared by the implicit GEMMs' parameters (Params, and
-// the filter gradient's): every spatial quantity of g as 3-D, leading
-// dimensions of extent 1, in 32 bits.
-template <typename P>
-void set_window_3d(const Geometry& g, P& p) {
+// The spatial fields of p from g.
+inline void set_window_3d(const Geometry& g, WindowParams& p) {
   const int lead = 3 - g.nd;
   for (int d = 0; d < 3; ++d) {
     const int s = d - lead;

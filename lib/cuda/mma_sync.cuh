@@ -63,4 +63,23 @@ struct Mma<float> {
   }
 };
 
+// acc[i][j] += af[i] * bf[j] over a warp's MT x NT mma tiles (float32
+// operands rounded to TF32 first).
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void multiply_fragments(float (&acc)[MT][NT][4], uint32_t (&af)[MT][4],
+                                                   uint32_t (&bf)[NT][2]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) Mma<T>::prepare(af[i][v]);
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int v = 0; v < 2; ++v) Mma<T>::prepare(bf[j][v]);
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) Mma<T>::run(acc[i][j], af[i], bf[j]);
+}
+
 }  // namespace im2col::cuda::implicit
