@@ -357,20 +357,32 @@ def _packed(spec, dtype, c, o, *, input_gradient=False):
   return pack
 
 
+def _implicit_gemm_call(spec, dtype, c, o, *, input_gradient):
+  """What every unpacked implicit GEMM (forward, input and filter gradients)
+  needs of a call that would otherwise take im2col + GEMM: operands it takes
+  (_implicit_operands), an Ampere or newer GPU, channels within 32 bits, at
+  most _MAX_GROUPS_IMPLICIT groups. A 1x1 window without stride or padding
+  stays a plain GEMM."""
+  w = spec.window
+  return (_implicit_operands(spec, dtype, input_gradient=input_gradient) and _ampere_or_newer()
+          and _algorithm(spec, c, o) == ALGORITHM_GEMM and not w.is_identity
+          and spec.groups <= _MAX_GROUPS_IMPLICIT and max(c, o) < _INT32_LIMIT)
+
+
+def _whole_vectors(channels, dtype):
+  """Whether runs of `channels` elements are whole 16-byte vectors."""
+  return channels % (16 // np.dtype(dtype).itemsize) == 0
+
+
 def _implicit(spec, dtype, c, o, *, input_gradient=False):
   """The implicit GEMM on tensor cores (implicit_applies in
-  lib/cuda/implicit_gemm.cu) for a convolution that would otherwise take
-  im2col + GEMM: operands it takes (_implicit_operands); the image it reads
-  (x, or dy for the input gradient) with channels per group in whole 16-byte
-  vectors. A 1x1 window without stride or padding stays a plain GEMM."""
-  if not _implicit_operands(spec, dtype, input_gradient=input_gradient) or not _ampere_or_newer():
-    return False
-  w = spec.window
-  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity or spec.groups > _MAX_GROUPS_IMPLICIT:
+  lib/cuda/implicit_gemm.cu): _implicit_gemm_call, and the image it reads (x,
+  or dy for the input gradient) with channels per group in whole 16-byte
+  vectors."""
+  if not _implicit_gemm_call(spec, dtype, c, o, input_gradient=input_gradient):
     return False
   channels = (o if input_gradient else c) // spec.groups
-  return (channels % (16 // np.dtype(dtype).itemsize) == 0
-          and channels * w.kernel_size < _INT32_LIMIT and max(c, o) < _INT32_LIMIT)
+  return _whole_vectors(channels, dtype) and channels * spec.window.kernel_size < _INT32_LIMIT
 
 
 # Where the implicit GEMM is faster than im2col + cuBLAS. The mma.sync kernel
@@ -439,6 +451,12 @@ def _implicit_pack(spec, dtype, c, o, *, positions, images, input_gradient=False
                           images=images))
 
 
+def _images_per_chunk(n, per_image_bytes, limit):
+  """Channels-first images an implicit GEMM makes channels-last at once: as
+  many of the n as fit the workspace cap, at least one."""
+  return max(1, min(n, limit // max(1, per_image_bytes)))
+
+
 def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input_gradient=False):
   """image_aval / out_aval: the image the kernel reads and the one it writes;
   channels-first input is made channels-last in chunks of images under the
@@ -454,7 +472,7 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
   images, image_bytes = max(1, n), 0
   if not cl and n > 0:
     per_image = int(np.prod(image_aval.shape[1:], dtype=np.int64)) * item
-    images = max(1, min(n, spec.workspace_limit // max(1, per_image)))
+    images = _images_per_chunk(n, per_image, spec.workspace_limit)
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
   m = images * _positions(out_aval, spec)
@@ -479,27 +497,25 @@ def _filter_tile_o(og):
   lib/cuda/implicit_filter_gradient.cu)."""
   return 128 if og >= 128 else 64
 
+
 _FILTER_MAX_POSITIONS = (1 << 31) - 64  # kMaxFilterPositions: per call
 
 
-def _implicit_filter(spec, dtype, c, o, *, positions):
+def _implicit_filter(spec, dtype, c, o, *, positions, images):
   """The filter gradient as an implicit GEMM (implicit_filter_applies in
-  lib/cuda/implicit_filter_gradient.cu) for a convolution that would otherwise
-  take im2col + GEMM: operands the implicit GEMM takes (strides are fine:
-  they only skip positions), channels per group of x and of dy in whole
-  16-byte vectors, and one image's positions within _FILTER_MAX_POSITIONS. positions: output
-  positions per image. A 1x1 window without stride or padding stays a plain
-  GEMM."""
-  if not _implicit_operands(spec, dtype, input_gradient=False) or not _ampere_or_newer():
+  lib/cuda/implicit_filter_gradient.cu): _implicit_gemm_call (strides are
+  fine: they only skip positions), channels per group of x and of dy in whole
+  16-byte vectors, and at most _FILTER_MAX_POSITIONS positions per kernel
+  call: all `images` images of `positions` output positions each for
+  channels-last operands, one image at least for channels-first ones (made
+  channels-last in chunks of images)."""
+  if not _implicit_gemm_call(spec, dtype, c, o, input_gradient=False):
     return False
-  w = spec.window
-  if _algorithm(spec, c, o) != ALGORITHM_GEMM or w.is_identity or spec.groups > _MAX_GROUPS_IMPLICIT:
-    return False
-  vec = 16 // np.dtype(dtype).itemsize
   cg, og = c // spec.groups, o // spec.groups
-  return (cg % vec == 0 and og % vec == 0 and positions <= _FILTER_MAX_POSITIONS
-          and cg * w.kernel_size < _INT32_LIMIT and max(c, o) < _INT32_LIMIT
-          and og // 64 < _MAX_GROUPS_IMPLICIT)
+  per_call = images * positions if spec.channels_last else positions
+  return (_whole_vectors(cg, dtype) and _whole_vectors(og, dtype)
+          and per_call <= _FILTER_MAX_POSITIONS and cg * spec.window.kernel_size < _INT32_LIMIT
+          and og // _filter_tile_o(0) < _MAX_GROUPS_IMPLICIT)  # the grid's y
 
 
 # Where the implicit filter gradient beats im2col + cuBLAS (BENCHMARKS.md, step
@@ -510,12 +526,12 @@ def _implicit_filter(spec, dtype, c, o, *, positions):
 IMPLICIT_FILTER_MAX_CHANNELS = 128
 
 
-def use_implicit_filter(spec, dtype, c, o, *, positions):
+def use_implicit_filter(spec, dtype, c, o, *, positions, images):
   """Whether the CUDA lowering takes the implicit filter gradient: where it
   applies (_implicit_filter) with at most IMPLICIT_FILTER_MAX_CHANNELS output
   channels per group."""
   return (o // spec.groups <= IMPLICIT_FILTER_MAX_CHANNELS
-          and _implicit_filter(spec, dtype, c, o, positions=positions))
+          and _implicit_filter(spec, dtype, c, o, positions=positions, images=images))
 
 
 def implicit_filter_splits(*, m, og, kg, o, groups, limit):
@@ -543,8 +559,8 @@ def _implicit_filter_call(ctx, dy, x, spec):
   if not cl and n > 0:
     x_image = int(np.prod(xa.shape[1:], dtype=np.int64)) * item
     dy_image = o * positions * item
-    images = max(1, min(n, spec.workspace_limit // (x_image + dy_image),
-                        _FILTER_MAX_POSITIONS // max(1, positions)))
+    images = min(_images_per_chunk(n, x_image + dy_image, spec.workspace_limit),
+                 max(1, _FILTER_MAX_POSITIONS // max(1, positions)))
     image_bytes, gradient_bytes = images * x_image, images * dy_image
   groups = spec.groups
   kg = c // groups * spec.window.kernel_size
@@ -675,9 +691,7 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
                       positions=rows, workspace_bytes=slices * o * taps * acc,
                       algorithm=ALGORITHM_DIRECT)
-  n, positions = xa.shape[0], _positions(dya, spec)
-  if use_implicit_filter(spec, dtype, c, o, positions=positions) and (
-      not spec.channels_last or n * positions <= _FILTER_MAX_POSITIONS):
+  if use_implicit_filter(spec, dtype, c, o, positions=_positions(dya, spec), images=xa.shape[0]):
     return _implicit_filter_call(ctx, dy, x, spec)
   no_columns = spec.window.is_identity and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,

@@ -508,7 +508,7 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   implicit_dx = _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"],
                                               int(np.prod(case["spatial"])), input_gradient=True)
   implicit_dw = _conv_primitives.use_implicit_filter(spec, dtype, case["c"], case["o"],
-                                                    positions=out_positions)
+                                                    positions=out_positions, images=case["n"])
   # Every case but the odd output channels has whole vectors of them.
   assert implicit_dw == (name != "1d-odd-o")
   kw = cfg["kwargs"]
@@ -673,6 +673,26 @@ def test_hopper_routing(monkeypatch):
   assert implicit("cl", 256, 32, hopper=True)
   assert not implicit("cl", 256, 64, hopper=False)  # the mma.sync kernel: up to 128
   assert implicit("cl", 128, 64, hopper=False)
+
+
+def test_implicit_filter_positions_per_call(monkeypatch):
+  """The implicit filter gradient's kernel takes at most _FILTER_MAX_POSITIONS
+  positions per call: channels-last operands go in one call (past the limit,
+  im2col + GEMM), channels-first ones in chunks of images that fit it."""
+  monkeypatch.setattr(_conv_primitives, "_FILTER_MAX_POSITIONS", 1000)
+
+  def filter_call(layout):
+    cl = layout == "cl"
+    specs = ("NHWC", "HWIO", "NHWC") if cl else ("NCHW", "OIHW", "NCHW")
+    xs = jax.ShapeDtypeStruct((4, 20, 20, 64) if cl else (4, 64, 20, 20), jnp.bfloat16)
+    ws = jax.ShapeDtypeStruct((3, 3, 64, 32) if cl else (32, 64, 3, 3), jnp.bfloat16)
+    grad = jax.grad(lambda w, x: jnp.sum(conv(x, w, (1, 1), "SAME", dimension_numbers=specs)))
+    text = _cuda_text(grad, ws, xs)
+    call = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+    return int(call.split("algorithm = ")[1].split(" ")[0]), _chunk_attrs(text, "jax_im2col_conv_backward_filter")[0]
+
+  assert filter_call("cl") == (0, 4)  # 4 x 400 positions in one call: over 1000, im2col + GEMM
+  assert filter_call("cf") == (2, 2)  # 2 images of 400 positions a call
 
 
 def test_implicit_gemm_algorithm_choice():
