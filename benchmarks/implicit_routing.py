@@ -6,6 +6,7 @@ and bfloat16, channels-first and channels-last. Prints one line per case and
 writes implicit_routing.json under --out (BENCHMARKS.md: routing steps).
 
   python benchmarks/implicit_routing.py --out DIR [--deadline-s 200] [--ops fwd,dgrad,wgrad]
+      [--cases r50_3x3s2_c128,w2v_1d_k3s2]
 """
 
 import argparse
@@ -59,6 +60,7 @@ def main():
   parser.add_argument("--out", default=".")
   parser.add_argument("--deadline-s", type=float, default=1e9)
   parser.add_argument("--ops", default="fwd,dgrad,wgrad", help="comma-separated subset")
+  parser.add_argument("--cases", default="", help="comma-separated suite shapes (default: all)")
   args = parser.parse_args()
   data = bench.Data()
   rows = []
@@ -67,6 +69,8 @@ def main():
   for case in bench.SUITE:
     if case.groups != 1 or all(k == 1 for k in case.kernel):
       continue  # direct kernels, or a plain GEMM
+    if args.cases and case.name not in args.cases.split(","):
+      continue
     for dt in ("f32", "bf16"):
       dtype = bench.DTYPES[dt]
       for layout in ("cf", "cl"):

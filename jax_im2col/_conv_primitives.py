@@ -25,7 +25,7 @@ from jax import lax
 from jax.interpreters import ad, batching, mlir
 
 from . import _ffi, _unfold
-from ._geometry import Window, dilated
+from ._geometry import Window, dilated, gradient_phases
 from ._primitive import make_primitive
 from ._workspace import align, plan_chunks
 from ._zeros import empty_safe
@@ -327,16 +327,38 @@ _PACKED_CHANNELS = 64
 _MAX_PACK = 8
 
 
+# The input gradient of a strided convolution runs as one implicit GEMM per
+# phase of the input (gradient_phase in lib/geometry.h): at most _MAX_PHASES
+# of them (kMaxGradientPhases in lib/cuda/conv.cu).
+_MAX_PHASES = 64
+
+
 def _implicit_operands(spec, dtype, *, input_gradient):
   """What every implicit-GEMM kernel needs of a call: float16 / bfloat16, or
-  float32 at DEFAULT precision (TF32); no lhs dilation (so the input gradient
-  only for unit strides)."""
+  float32 at DEFAULT precision (TF32); no lhs dilation; for the input
+  gradient, at most _MAX_PHASES phases."""
   dtype = np.dtype(dtype)
   if not (dtype in _HALF or (dtype == np.float32 and spec.precision == PRECISION_DEFAULT)):
     return False
   w = spec.window
   return not (any(d != 1 for d in w.lhs_dilation)
-              or (input_gradient and any(s != 1 for s in w.stride)))
+              or (input_gradient and int(np.prod(w.stride)) > _MAX_PHASES))
+
+
+def implicit_pass_extent(spec, out_spatial, *, input_gradient=False):
+  """(output positions per image, taps) of the implicit GEMM's largest pass
+  (implicit_passes in lib/cuda/conv.cu): the forward's own, or the largest
+  phase of the input gradient that some tap reaches (0 positions where none
+  does: the input gradient is all zeros). out_spatial: the spatial extents of
+  the image the call writes."""
+  w = spec.window
+  if not input_gradient:
+    return int(np.prod(out_spatial, dtype=np.int64)), w.kernel_size
+  passes = [ph for ph in gradient_phases(w, out_spatial) if ph.window is not None and all(ph.positions)]
+  if not passes:
+    return 0, 0
+  return (max(int(np.prod(ph.positions, dtype=np.int64)) for ph in passes),
+          max(ph.window.kernel_size for ph in passes))
 
 
 def _packed(spec, dtype, c, o, *, input_gradient=False):
@@ -392,16 +414,23 @@ def _implicit(spec, dtype, c, o, *, input_gradient=False):
 # are thin). The Hopper kernels (step 22): everywhere but channels-last calls
 # with over _HOPPER_GEMM_CHANNELS channels per group whose 128 x 64 output
 # tiles do not fill the GPU once (cuBLAS splits those reductions better).
+# The phases of a strided input gradient (step 27) write the input's channels
+# per group as the tile's columns: fewer than _PHASE_MIN_CHANNELS (the stem's
+# 3) would leave most of the narrowest tile (64) idle.
 IMPLICIT_MAX_CHANNELS = 128
 _IMPLICIT_CF_POSITIONS = 2048
 _HOPPER_GEMM_CHANNELS = 256
+_PHASE_MIN_CHANNELS = 32
 
 
 def use_implicit(spec, dtype, c, o, positions, *, input_gradient=False, images=1):
   """Whether the CUDA lowering takes the implicit GEMM: where it applies
   (_implicit) and is the faster path. positions: output positions per image
-  of the call (the input's for the input gradient), of `images` images."""
+  of the call's largest pass (implicit_pass_extent), of `images` images."""
   if not _implicit(spec, dtype, c, o, input_gradient=input_gradient):
+    return False
+  if (input_gradient and any(s != 1 for s in spec.window.stride)
+      and c // spec.groups < _PHASE_MIN_CHANNELS):
     return False
   channels = (o if input_gradient else c) // spec.groups
   if _hopper_kernels():
@@ -461,8 +490,9 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
   """image_aval / out_aval: the image the kernel reads and the one it writes;
   channels-first input is made channels-last in chunks of images under the
   workspace cap. The filter goes into the kernel's row layout in the
-  workspace (pack times its size) unless the forward reads channels-last
-  rows as they are (implicit_call in lib/cuda/conv.cu)."""
+  workspace (pack times its size; the input gradient's phases partition its
+  taps) unless the forward reads channels-last rows as they are
+  (implicit_call in lib/cuda/conv.cu)."""
   cl = spec.channels_last
   wa = ctx.avals_in[1]
   relayout = input_gradient or pack > 1 or not cl
@@ -475,11 +505,13 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
     images = _images_per_chunk(n, per_image, spec.workspace_limit)
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
-  m = images * _positions(out_aval, spec)
+  positions, taps = implicit_pass_extent(spec, _unfold.image_spatial(out_aval.shape, cl),
+                                         input_gradient=input_gradient)
+  m = images * positions
   groups = spec.groups // pack
-  splits = implicit_splits(m=m, og=o // groups, o=o, groups=groups,
-                           reduction_bytes=c_in // groups * spec.window.kernel_size * item,
-                           limit=spec.workspace_limit)
+  splits = 1 if m == 0 else implicit_splits(
+      m=m, og=o // groups, o=o, groups=groups, reduction_bytes=c_in // groups * taps * item,
+      limit=spec.workspace_limit)
   partials = splits * m * o * 4 if splits > 1 else 0
   return _cuda_call(target, ctx, a, b, spec, images=images, positions=splits,
                     workspace_bytes=max(1, align(filter_bytes) + align(image_bytes) + align(partials)),
@@ -622,8 +654,9 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
-  pack = _implicit_pack(spec, dya.dtype, c, o, positions=_positions(dxa, spec),
-                        images=dya.shape[0], input_gradient=True)
+  positions, _ = implicit_pass_extent(spec, in_spatial, input_gradient=True)
+  pack = _implicit_pack(spec, dya.dtype, c, o, positions=positions, images=dya.shape[0],
+                        input_gradient=True)
   if pack:
     return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
                           out_aval=dxa, pack=pack, input_gradient=True)

@@ -7,6 +7,7 @@ output sizes from the same attributes and checks them against the buffers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from typing import Sequence
 
@@ -176,3 +177,50 @@ def check_index_range(window: Window, in_spatial: Sequence[int], name: str) -> N
   if not ok:
     raise ValueError(f"{name}: more than 2**31 - 1 positions, kernel taps or padded extent in "
                      "one image are not supported")
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientPhase:
+  """One phase of a strided convolution's input gradient (gradient_phase in
+  lib/geometry.h): the input positions first + stride * j, computed as the
+  stride-1 convolution `window` of dy with the sub-filter of taps
+  tap_first - tap_step * u (per dimension), read backwards."""
+  first: tuple[int, ...]
+  positions: tuple[int, ...]  # j's extent per dimension
+  window: Window | None       # None where no tap reaches the phase
+  tap_first: tuple[int, ...]
+  tap_step: tuple[int, ...]
+
+
+def gradient_phases(window: Window, in_spatial: Sequence[int]) -> list[GradientPhase]:
+  """The phases of the input gradient of a convolution without lhs dilation,
+  row-major over the strides."""
+  if any(l != 1 for l in window.lhs_dilation):
+    raise ValueError("gradient_phases: the window has lhs dilation")
+  out_spatial = window.output_spatial(in_spatial)
+  per_dim = []
+  for n, out, k, s, rd, (lo, _) in zip(in_spatial, out_spatial, window.kernel, window.stride,
+                                       window.rhs_dilation, window.padding):
+    g = np.gcd(s, rd)
+    tap_step, out_step = s // g, rd // g
+    options = []
+    for r in range(s):
+      positions = -(-(n - r) // s) if r < n else 0
+      k0 = next((k for k in range(tap_step) if (k * rd - r - lo) % s == 0), tap_step)
+      taps = -(-(k - k0) // tap_step) if k0 < min(tap_step, k) else 0
+      span = max(taps - 1, 0) * out_step
+      c = (r + lo - k0 * rd) // s
+      options.append((r, positions, taps, out_step, span - c,
+                      positions - out - (span - c) + span, k0 + tap_step * max(taps - 1, 0),
+                      tap_step))
+    per_dim.append(options)
+  phases = []
+  for combo in itertools.product(*per_dim):
+    r, positions, taps, out_step, lo, hi, tap_first, tap_step = zip(*combo)
+    sub = None
+    if all(t > 0 for t in taps):
+      sub = Window(kernel=taps, stride=(1,) * len(taps), rhs_dilation=out_step,
+                   lhs_dilation=(1,) * len(taps), padding=tuple(zip(lo, hi)))
+    phases.append(GradientPhase(first=r, positions=positions, window=sub, tap_first=tap_first,
+                                tap_step=tap_step))
+  return phases

@@ -122,6 +122,71 @@ inline bool transposed_geometry(const Geometry& g, Geometry* t) {
   return true;
 }
 
+// The input gradient of a strided convolution without lhs dilation, one phase
+// at a time. Phase r (r[d] < stride[d]) holds the input positions
+// i = r + stride * j; the taps that reach them are k = k0 + tap_step * t (the
+// k with k * rhs_dilation == r + pad_lo mod stride), and
+//   dx[r + stride * j] = sum_t dy[j + c - t * out_step] w[k0 + tap_step * t],
+// c = (r + pad_lo - k0 * rhs_dilation) / stride: a stride-1 convolution of dy
+// with the sub-filter read backwards, whose outputs land stride apart. No
+// lhs-dilated zeros are multiplied. Each tap belongs to exactly one phase per
+// dimension, so the sub-filters together are the filter.
+struct GradientPhase {
+  Geometry g;  // the stride-1 convolution of dy (in = the forward's out)
+  // Its output position j lands on input position first + step * j.
+  int64_t first[kMaxSpatial] = {0, 0, 0};
+  int64_t step[kMaxSpatial] = {1, 1, 1};
+  // Its tap u is the forward's tap tap_first - tap_step * u.
+  int64_t tap_first[kMaxSpatial] = {0, 0, 0};
+  int64_t tap_step[kMaxSpatial] = {1, 1, 1};
+  bool has_positions = true;  // some input position lies in the phase
+  bool has_taps = true;       // some tap reaches it (else its gradient is 0)
+};
+
+// Phases of g's input gradient: the product of the strides.
+inline int64_t gradient_phase_count(const Geometry& g) {
+  int64_t count = 1;
+  for (int d = 0; d < g.nd; ++d) count *= g.stride[d];
+  return count;
+}
+
+// Phase `index` (row-major over the strides) of g's input gradient. False
+// where g has lhs dilation.
+inline bool gradient_phase(const Geometry& g, int64_t index, GradientPhase* phase) {
+  if (g.any_lhs_dilation) return false;
+  GradientPhase ph;
+  ph.g.nd = g.nd;
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0}, positions[kMaxSpatial] = {1, 1, 1};
+  for (int d = g.nd - 1; d >= 0; --d) {
+    const int64_t s = g.stride[d], rd = g.rhs_dilation[d], K = g.kernel[d];
+    const int64_t r = index % s;
+    index /= s;
+    positions[d] = r < g.in[d] ? (g.in[d] - r + s - 1) / s : 0;
+    int64_t k0 = 0;
+    while (k0 < g.tap_step[d] && ((k0 * rd - r - g.pad_lo[d]) % s + s) % s != 0) ++k0;
+    const int64_t taps =
+        k0 < g.tap_step[d] && k0 < K ? (K - k0 + g.tap_step[d] - 1) / g.tap_step[d] : 0;
+    ph.has_positions &= positions[d] > 0;
+    ph.has_taps &= taps > 0;
+    const int64_t D = g.out_step[d], span = (taps > 0 ? taps - 1 : 0) * D;
+    const int64_t c = (r + g.pad_lo[d] - k0 * rd) / s;  // exact
+    ph.first[d] = r;
+    ph.step[d] = s;
+    ph.tap_first[d] = k0 + g.tap_step[d] * (taps > 0 ? taps - 1 : 0);
+    ph.tap_step[d] = g.tap_step[d];
+    ph.g.in[d] = g.out[d];
+    ph.g.kernel[d] = taps > 0 ? taps : 1;
+    ph.g.rhs_dilation[d] = D;
+    ph.g.pad_lo[d] = span - c;
+    pad_hi[d] = positions[d] - g.out[d] - ph.g.pad_lo[d] + span;
+  }
+  finish_geometry(ph.g, pad_hi);
+  for (int d = 0; d < g.nd; ++d)
+    if (ph.has_positions && ph.has_taps && ph.g.out[d] != positions[d]) return false;
+  *phase = ph;
+  return true;
+}
+
 // a / b and a % b for non-negative operands, in 32 bits when both fit (the
 // GPU has no 64-bit divider; this keeps the common case cheap).
 IM2COL_HD void divmod(int64_t a, int64_t b, int64_t& q, int64_t& r) {

@@ -397,7 +397,12 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
 # (the two 190 x 190 cases take 128 x 128 and 128 x 64, the rest 64 x 64) and
 # split reductions, partial tiles in both dimensions, reductions of one to 72
 # k-tiles, an odd channel count (scalar stores, and an input gradient that
-# takes im2col + GEMM), groups, 1-D to 3-D, strides and dilations. On Hopper,
+# takes im2col + GEMM), groups, 1-D to 3-D, strides and dilations. Strided
+# input gradients run one implicit GEMM per phase (gradient_phases): 2 to 8
+# phases, phases without taps (zeroed: the 1x1 stride 2, a kernel shorter than
+# the stride, a dilation sharing a factor with the stride), negative low
+# padding of a phase (padding wider than the kernel) and a phase's split
+# reduction (2d-s2-split: its parts summed into strided positions). On Hopper,
 # cases whose channels per group fill whole 128-byte k-tiles (32 float32, 64
 # half: 2d-s2-dil in float32, 2d-grouped, 2d-split-k and the *-tma cases) take
 # the TMA kernel, with asymmetric padding, strides and dilations in 1-D to 3-D
@@ -425,6 +430,16 @@ IMPLICIT_CASES = {
                    padding=((2, 1),), rhs_dilation=(2,)),
     "3d-tma": dict(n=2, c=64, o=40, groups=1, spatial=(6, 9, 8), kernel=(3, 2, 3),
                    strides=(1, 1, 1), padding=((1, 1), (0, 1), (2, 0)), rhs_dilation=(1, 2, 1)),
+    "2d-s2-phases": dict(n=2, c=64, o=32, groups=1, spatial=(15, 12), kernel=(3, 3),
+                         strides=(2, 2), padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
+    "2d-1x1-s2": dict(n=2, c=32, o=64, groups=1, spatial=(9, 10), kernel=(1, 1), strides=(2, 2),
+                      padding="VALID", rhs_dilation=(1, 1)),
+    "3d-s2": dict(n=1, c=32, o=64, groups=1, spatial=(5, 7, 6), kernel=(3, 3, 3),
+                  strides=(2, 2, 2), padding="SAME", rhs_dilation=(1, 1, 1)),
+    "1d-s3-k2-pad": dict(n=2, c=40, o=16, groups=1, spatial=(50,), kernel=(2,), strides=(3,),
+                         padding=((4, 5),), rhs_dilation=(1,)),
+    "2d-s2-split": dict(n=1, c=64, o=128, groups=1, spatial=(8, 8), kernel=(5, 5), strides=(2, 2),
+                        padding=((2, 2), (2, 2)), rhs_dilation=(1, 1)),
 }
 
 
@@ -509,8 +524,10 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
                                               int(np.prod(case["spatial"])), input_gradient=True)
   implicit_dw = _conv_primitives.use_implicit_filter(spec, dtype, case["c"], case["o"],
                                                     positions=out_positions, images=case["n"])
-  # Every case but the odd output channels has whole vectors of them.
+  # Every case but the odd output channels has whole vectors of them, and
+  # every strided one at least _PHASE_MIN_CHANNELS input channels.
   assert implicit_dw == (name != "1d-odd-o")
+  assert implicit_dx == (name != "1d-odd-o")
   kw = cfg["kwargs"]
   x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 5)
   tf32 = platform == "gpu" and dtype == np.float32
@@ -549,8 +566,9 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
 
 # Grouped convolutions whose groups pack into 64-channel groups on Hopper
 # (_packed, packed_groups in lib/cuda/conv.cu): ResNeXt's 8 channels per group
-# (8 groups packed into one), 32 per group in 1-D with a stride (the input
-# gradient then takes im2col + GEMM), and 16 in / 8 out per group in 3-D (4
+# (8 groups packed into one), 32 per group in 1-D with a stride (its 24 output
+# channels per group do not pack: the input gradient takes the unpacked
+# implicit GEMM's phases), and 16 in / 8 out per group in 3-D (4
 # groups packed for the forward, 8 for the input gradient).
 PACKED_CASES = {
     "2d-resnext": dict(n=2, c=64, o=64, groups=8, spatial=(10, 9), kernel=(3, 3), strides=(1, 1),
@@ -581,7 +599,8 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   packed_dx = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"],
                                                   input_gradient=True) > 0
   if on_gpu and _conv_primitives._hopper_kernels():
-    assert packed and packed_dx == all(s == 1 for s in case["strides"])
+    # 1d-g2-s2's 24 output channels per group do not divide 64.
+    assert packed and packed_dx == (name != "1d-g2-s2")
   kw = cfg["kwargs"]
   x, w, ct, y32, y, dx, _ = forward_and_gradients(platform, cfg, dtype, 7)
 
@@ -620,8 +639,8 @@ def _gradient_algorithms(loss, xs, ws):
 
 def test_packed_groups_plan(monkeypatch):
   """The CUDA lowering on Hopper packs small groups (algorithm 3) for the
-  forward and the unit-stride input gradient, with pack times the filter in
-  its workspace; never beyond 8 groups a pack, at HIGHEST, or for the filter
+  forward and the input gradient (one pass per phase when strided), with pack
+  times the filter in its workspace; never beyond 8 groups a pack, at HIGHEST, or for the filter
   gradient."""
   monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: True)
   monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
@@ -636,7 +655,7 @@ def test_packed_groups_plan(monkeypatch):
   assert plan(8) == (3, 3, 1)                          # 8 x 8 channels: one pack
   assert plan(8, dtype=jnp.bfloat16) == (3, 3, 1)
   assert plan(2, c=64, o=32) == (3, 2, 2)              # 32 in (2 a pack), 16 out (4: 2 groups)
-  assert plan(8, strides=(2, 2)) == (3, 1, 1)          # the input gradient has lhs dilation
+  assert plan(8, strides=(2, 2)) == (3, 3, 1)          # the input gradient's 4 phases, packed
   assert plan(8, precision=HIGHEST) == (1, 1, 1)       # full float32: direct kernels
   assert plan(16) == (1, 1, 1)                         # 4 channels per group: 16 a pack
   assert plan(6, c=48, o=48) == (1, 1, 1)              # 8 x 6 groups: 6 is no multiple of 8
@@ -711,7 +730,8 @@ def test_implicit_gemm_algorithm_choice():
   assert algorithms() == (2, 2, 2)                          # TF32
   assert algorithms(dtype=jnp.bfloat16) == (2, 2, 2)
   assert algorithms(precision=HIGHEST) == (0, 0, 0)         # full float32: cuBLAS
-  assert algorithms(strides=(2, 2)) == (2, 0, 2)            # the input gradient has lhs dilation
+  assert algorithms(strides=(2, 2)) == (2, 2, 2)            # the input gradient's 4 phases
+  assert algorithms(strides=(2, 2), xc=16) == (2, 0, 2)     # 16 channels of dx: tiles idle
   assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
   assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
   # The filter gradient: im2col + cuBLAS past 128 output channels per group.
@@ -742,6 +762,13 @@ def test_implicit_gemm_algorithm_choice():
   text = _cuda_text(jax.value_and_grad(lambda x, w: jnp.sum(loss(x, w) ** 2), (0, 1)), xs, ws)
   assert _chunk_attrs(text, "jax_im2col_conv_forward") == (2, 4)
   assert _chunk_attrs(text, "jax_im2col_conv_backward_data") == (2, 2)
+  # A strided input gradient splits by its largest phase: 4 x 4 positions, 3 x 3
+  # of the 5 x 5 taps (36 k-tiles: 4 parts).
+  xs = jax.ShapeDtypeStruct((1, 64, 8, 8), jnp.float32)
+  ws = jax.ShapeDtypeStruct((128, 64, 5, 5), jnp.float32)
+  strided = lambda x, w: conv(x, w, window_strides=(2, 2), padding=((2, 2), (2, 2)))
+  text = _cuda_text(jax.value_and_grad(lambda x, w: jnp.sum(strided(x, w) ** 2), (0, 1)), xs, ws)
+  assert _chunk_attrs(text, "jax_im2col_conv_backward_data") == (1, 4)
   # Where im2col + cuBLAS is faster: 256 channels per group, but for
   # channels-first half types with few positions per image.
   x256 = jax.ShapeDtypeStruct((2, 256, 14, 14), jnp.float32)

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../conv_workspace.h"
 #include "../ffi_window.h"
@@ -316,40 +317,91 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
 
 // --- implicit GEMM -------------------------------------------------------------
 
-// out = conv(image, rows) on geometry g, where `rows` is the filter in the
-// kernel's layout. A channels-first image is made channels-last a chunk of
-// images at a time in the workspace; the kernel writes either layout.
-ffi::Error implicit_run(const void* image, int64_t c_in, const void* rows, void* out,
-                        int64_t c_out, int64_t groups, const Geometry& g, const ConvShapes& s,
-                        const ConvAttrs& a, DataType in, DataType out_type, char* chunk,
-                        float* partials, cudaStream_t stream) {
+// One implicit GEMM of a call: its geometry, the filter in the kernel's row
+// layout, and where its outputs land in the output image.
+struct ImplicitPass {
+  Geometry g;
+  TapMap taps;
+  const void* rows;
+  OutputPlacement at;
+};
+
+// The input gradient has at most this many phases (gradient_phase): strides
+// whose product is larger take im2col + GEMM. Mirrored by _MAX_PHASES in
+// jax_im2col/_conv_primitives.py.
+constexpr int64_t kMaxGradientPhases = 64;
+
+// The passes of the forward (one, on the forward's geometry) or of the input
+// gradient (one per phase whose positions some tap reaches; `zeros`: some
+// other phase has positions, so the output must be zeroed first).
+ffi::Error implicit_passes(const ConvShapes& s, bool input_gradient,
+                           std::vector<ImplicitPass>* passes, bool* zeros) {
+  *zeros = false;
+  if (!input_gradient) {
+    passes->push_back({s.g, all_taps(s.g), nullptr, {}});
+    return ffi::Error::Success();
+  }
+  const int64_t count = gradient_phase_count(s.g);
+  if (count > kMaxGradientPhases)
+    return ffi::Error::InvalidArgument("conv_backward_data: too many phases for the implicit GEMM");
+  for (int64_t i = 0; i < count; ++i) {
+    GradientPhase ph;
+    if (!gradient_phase(s.g, i, &ph))
+      return ffi::Error::InvalidArgument("conv_backward_data: the implicit GEMM does not apply");
+    if (!ph.has_positions) continue;
+    if (!ph.has_taps) {
+      *zeros = true;
+      continue;
+    }
+    OutputPlacement at;
+    at.nd = s.g.nd;
+    for (int d = 0; d < s.g.nd; ++d) {
+      at.extent[d] = s.g.in[d];
+      at.first[d] = ph.first[d];
+      at.step[d] = ph.step[d];
+    }
+    passes->push_back({ph.g, phase_taps(s.g, ph), nullptr, at});
+  }
+  return ffi::Error::Success();
+}
+
+// out = the passes' convolutions of `image`, out_size positions per image of
+// out. A channels-first image is made channels-last a chunk of images at a
+// time in the workspace, every pass reading each chunk; the kernel writes
+// either layout.
+ffi::Error implicit_run(const void* image, int64_t c_in, const std::vector<ImplicitPass>& passes,
+                        void* out, int64_t c_out, int64_t out_size, int64_t groups,
+                        const ConvShapes& s, const ConvAttrs& a, DataType in, DataType out_type,
+                        char* chunk, float* partials, cudaStream_t stream) {
   const int64_t N = s.image.n, splits = a.chunk_positions;
-  if (s.cl)
-    return cuda_error(implicit_conv({image, rows, out, N, c_in, c_out, groups, true, splits, partials},
-                                    g, in, out_type, stream),
-                      "implicit GEMM");
   const size_t e = ffi::ByteWidth(in), eo = ffi::ByteWidth(out_type);
-  for (int64_t n0 = 0; n0 < N; n0 += a.chunk_images) {
-    const int64_t nc = std::min(a.chunk_images, N - n0);
-    if (auto err = cuda_error(image_to_channels_last(static_cast<const char*>(image) +
-                                                         n0 * c_in * g.in_size * e,
-                                                     chunk, e, nc, c_in, g.in_size, stream),
-                              "channels-last copy");
-        err.failure())
-      return err;
-    void* part = static_cast<char*>(out) + n0 * c_out * g.out_size * eo;
-    if (auto err = cuda_error(implicit_conv({chunk, rows, part, nc, c_in, c_out, groups, false,
-                                             splits, partials},
-                                            g, in, out_type, stream),
-                              "implicit GEMM");
-        err.failure())
-      return err;
+  const int64_t in_size = passes.front().g.in_size;
+  for (int64_t n0 = 0; n0 < N; n0 += s.cl ? N : a.chunk_images) {
+    const int64_t nc = s.cl ? N : std::min(a.chunk_images, N - n0);
+    const void* x = image;
+    if (!s.cl) {
+      if (auto err = cuda_error(image_to_channels_last(static_cast<const char*>(image) +
+                                                           n0 * c_in * in_size * e,
+                                                       chunk, e, nc, c_in, in_size, stream),
+                                "channels-last copy");
+          err.failure())
+        return err;
+      x = chunk;
+    }
+    void* part = static_cast<char*>(out) + n0 * c_out * out_size * eo;
+    for (const ImplicitPass& pass : passes) {
+      ImplicitConv conv{x, pass.rows, part, nc, c_in, c_out, groups, s.cl, pass.at, splits, partials};
+      if (auto err = cuda_error(implicit_conv(conv, pass.g, in, out_type, stream), "implicit GEMM");
+          err.failure())
+        return err;
+    }
   }
   return ffi::Error::Success();
 }
 
 // image_channels, out_channels, out_size: those of the implicit GEMM's
-// geometry (the input gradient's are the transposed ones).
+// geometry (the input gradient's are the transposed ones; out_size the
+// largest of its passes).
 ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, const ConvShapes& s,
                                           const ConvAttrs& a, size_t filter_bytes,
                                           int64_t image_elements, size_t elem_bytes,
@@ -365,11 +417,11 @@ ffi::ErrorOr<char*> implicit_workspace_of(const ffi::AnyBuffer& ws, const ConvSh
   return static_cast<char*>(ws.untyped_data());
 }
 
-// The forward, or (input_gradient) the input gradient as a forward
-// convolution of dy on the transposed geometry (stride 1 only, so that it
-// has no lhs dilation) with the filter flipped and transposed per group.
-// a.algorithm: kAlgorithmImplicit, or kAlgorithmPacked (groups packed into
-// one, packed_groups).
+// The forward, or (input_gradient) the input gradient as forward
+// convolutions of dy, one per phase of the input (gradient_phase: the
+// sub-filter of the taps that reach it, flipped and transposed per group;
+// one phase for unit strides). a.algorithm: kAlgorithmImplicit, or
+// kAlgorithmPacked (groups packed into one, packed_groups).
 ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const ffi::AnyBuffer& w,
                          ffi::AnyBuffer& out, const ffi::AnyBuffer& workspace, const ConvShapes& s,
                          const ConvAttrs& a, bool input_gradient) {
@@ -378,30 +430,47 @@ ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const
   const int64_t pack = a.algorithm == kAlgorithmPacked ? packed_groups(image_cg, s.G) : 1;
   if (pack == 0) return ffi::Error::InvalidArgument(what + ": the groups do not pack");
   const DataType in = image.element_type();
-  Geometry t = s.g;
-  if ((input_gradient && (!transposed_geometry(s.g, &t) || t.any_lhs_dilation)) ||
-      !implicit_applies(in, a.precision == 0, t, image_cg * pack, s.G / pack))
-    return ffi::Error::InvalidArgument(what + ": the implicit GEMM does not apply");
+  std::vector<ImplicitPass> passes;
+  bool zeros = false;
+  if (auto err = implicit_passes(s, input_gradient, &passes, &zeros); err.failure()) return err;
+  int64_t pass_out_size = 0;
+  for (const ImplicitPass& pass : passes) {
+    if (!implicit_applies(in, a.precision == 0, pass.g, image_cg * pack, s.G / pack))
+      return ffi::Error::InvalidArgument(what + ": the implicit GEMM does not apply");
+    pass_out_size = std::max(pass_out_size, pass.g.out_size);
+  }
   const size_t e = ffi::ByteWidth(in);
   const int64_t c_in = input_gradient ? s.O : s.image.c, c_out = input_gradient ? s.image.c : s.O;
+  const int64_t image_size = input_gradient ? s.g.out_size : s.g.in_size;
+  const int64_t out_size = input_gradient ? s.g.in_size : s.g.out_size;
   // The kernel reads channels-last forward rows (O, K, Cg) as they are.
   const bool relayout = input_gradient || !s.cl || pack > 1;
   ImplicitWorkspace plan;
   auto ws = implicit_workspace_of(workspace, s, a, relayout ? pack * s.O * s.CgK * e : 0,
-                                  c_in * t.in_size, e, c_out, t.out_size, &plan);
+                                  c_in * image_size, e, c_out, pass_out_size, &plan);
   if (ws.has_error()) return ws.error();
-  const void* rows = w.untyped_data();
-  if (relayout) {
-    rows = *ws + plan.filter;
-    if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G,
-                                              s.Og, s.Cg, s.g.kernel_size, input_gradient, pack,
-                                              stream),
-                              "filter layout");
+  if (zeros) {
+    if (auto err = cuda_error(cudaMemsetAsync(out.untyped_data(), 0, out.size_bytes(), stream),
+                              "zero fill");
         err.failure())
       return err;
   }
-  return implicit_run(image.untyped_data(), c_in, rows, out.untyped_data(), c_out, s.G / pack, t,
-                      s, a, in, out.element_type(), *ws + plan.image,
+  char* rows = *ws + plan.filter;  // the passes' rows end to end
+  for (ImplicitPass& pass : passes) {
+    if (!relayout) {
+      pass.rows = w.untyped_data();
+      continue;
+    }
+    pass.rows = rows;
+    if (auto err = cuda_error(implicit_filter(w.untyped_data(), rows, e, s.cl, s.G, s.Og, s.Cg,
+                                              pass.taps, input_gradient, pack, stream),
+                              "filter layout");
+        err.failure())
+      return err;
+    rows += pack * s.O * s.Cg * pass.g.kernel_size * e;
+  }
+  return implicit_run(image.untyped_data(), c_in, passes, out.untyped_data(), c_out, out_size,
+                      s.G / pack, s, a, in, out.element_type(), *ws + plan.image,
                       reinterpret_cast<float*>(*ws + plan.partials), stream);
 }
 

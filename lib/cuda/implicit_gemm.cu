@@ -118,25 +118,33 @@ implicit_conv_kernel(const Params p) {
 #endif
 }
 
-// y = the sum of the parts in order, written in y's layout and type.
+// y = the sum of the parts in order, written in y's layout and type at y's
+// positions (Params::y_first ...). Channels-first, consecutive threads take
+// consecutive positions of one channel.
 template <typename TY>
-__global__ void sum_parts_kernel(const float* partials, TY* y, int64_t m_total, int32_t O,
-                                 int32_t L, int32_t splits, bool y_cl) {
-  const int64_t total = m_total * O;
+__global__ void sum_parts_kernel(const Params p) {
+  TY* y = static_cast<TY*>(p.y);
+  const int64_t total = p.m_total * p.O;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
-    int64_t m, c;
-    if (y_cl) {
-      m = e / O;
-      c = e - m * O;
+    int64_t image, c;
+    int32_t l;
+    if (p.y_cl) {
+      const int64_t m = e / p.O;
+      c = e - m * p.O;
+      image = m / p.L;
+      l = static_cast<int32_t>(m - image * p.L);
     } else {
-      const int64_t image = e / (static_cast<int64_t>(O) * L);
-      const int64_t rest = e - image * O * L;
-      c = rest / L;
-      m = image * L + (rest - c * L);
+      image = e / (static_cast<int64_t>(p.O) * p.L);
+      const int64_t rest = e - image * p.O * p.L;
+      c = rest / p.L;
+      l = static_cast<int32_t>(rest - c * p.L);
     }
+    const int64_t m = image * p.L + l;
     float sum = 0.f;
-    for (int32_t s = 0; s < splits; ++s) sum += partials[(s * m_total + m) * O + c];
-    y[e] = store_value<TY>(sum);
+    for (int32_t s = 0; s < p.splits; ++s) sum += p.partials[(s * p.m_total + m) * p.O + c];
+    const int64_t at = placed(p, l);
+    y[p.y_cl ? (image * p.y_L + at) * p.O + c : (image * p.O + c) * p.y_L + at] =
+        store_value<TY>(sum);
   }
 }
 
@@ -177,9 +185,32 @@ cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
     e = launch_sm90<T, TY>(p, groups, info.multiprocessors, stream);
   if (e == cudaErrorNotSupported) e = launch_sm80<T, TY>(p, groups, info.multiprocessors, stream);
   if (e != cudaSuccess || p.splits == 1) return e;
-  sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(
-      p.partials, static_cast<TY*>(p.y), p.m_total, p.O, p.L, p.splits, p.y_cl);
+  sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+// p's y placement (3-D view) from `at`, or the geometry's own output extents.
+bool set_placement_3d(const OutputPlacement& at, const Geometry& g, Params& p) {
+  const int nd = at.nd == 0 ? g.nd : at.nd;
+  if (nd != g.nd) return false;
+  int64_t size = 1;
+  const int lead = 3 - nd;
+  for (int d = 0; d < 3; ++d) {
+    const int s = d - lead;
+    const bool real = s >= 0;
+    const int64_t extent = !real ? 1 : at.nd == 0 ? g.out[s] : at.extent[s];
+    const int64_t first = real && at.nd != 0 ? at.first[s] : 0;
+    const int64_t step = real && at.nd != 0 ? at.step[s] : 1;
+    // Every placed position inside y.
+    if (real && (first < 0 || step < 1 || first + step * (g.out[s] - 1) >= extent)) return false;
+    p.y_extent[d] = static_cast<int32_t>(extent);
+    p.y_first[d] = static_cast<int32_t>(first);
+    p.y_step[d] = static_cast<int32_t>(step);
+    size *= extent;
+  }
+  if (size >= (int64_t{1} << 31)) return false;
+  p.y_L = static_cast<int32_t>(size);
+  return true;
 }
 
 }  // namespace
@@ -203,6 +234,7 @@ cudaError_t implicit_conv(const ImplicitConv& c, const Geometry& g, xla::ffi::Da
   if (m_total == 0 || og == 0) return cudaSuccess;
   if (c.o >= (int64_t{1} << 31) || c.c >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   Params p;
+  if (!set_placement_3d(c.at, g, p)) return cudaErrorInvalidValue;
   p.x = static_cast<const char*>(c.x);
   p.w = static_cast<const char*>(c.w);
   p.y = c.y;

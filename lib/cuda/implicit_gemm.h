@@ -19,12 +19,24 @@
 
 namespace im2col::cuda {
 
+// Where the output positions of a call's geometry land in y: position o
+// (per dimension) at first + step * o of y's spatial extents `extent`. By
+// default (nd == 0) y has the geometry's output extents; the phases of a
+// strided input gradient (gradient_phase in geometry.h) land stride apart.
+struct OutputPlacement {
+  int nd = 0;
+  int64_t extent[kMaxSpatial] = {1, 1, 1};
+  int64_t first[kMaxSpatial] = {0, 0, 0};
+  int64_t step[kMaxSpatial] = {1, 1, 1};
+};
+
 struct ImplicitConv {
   const void* x;  // channels-last image (n, *in, c)
   const void* w;  // filter rows (groups * og, K, c / groups), contiguous
   void* y;        // (n, *out, o) when y_channels_last, else (n, o, *out)
   int64_t n, c, o, groups;
   bool y_channels_last;
+  OutputPlacement at;
   // With splits > 1, each block sums one of `splits` parts of the reduction
   // into `partials` (float32, splits x n * L x o), and a second kernel adds
   // the parts in order: more blocks where n * L is small and the reduction
@@ -41,7 +53,7 @@ inline size_t implicit_partials_bytes(int64_t splits, int64_t n, int64_t out_siz
 // Whether implicit_conv takes a convolution of this geometry whose input
 // image has `cg` channels per group: float16 / bfloat16, or float32 as TF32;
 // channel runs of whole 16-byte vectors; no lhs dilation; at most 65535
-// groups. Mirrored by _implicit() in jax_im2col/_conv_primitives.py.
+// groups; at most 2**31 - 1 positions of y per image. Mirrored by _implicit() in jax_im2col/_conv_primitives.py.
 bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
                       int64_t groups);
 

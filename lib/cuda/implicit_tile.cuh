@@ -51,6 +51,9 @@ struct Params : WindowParams {
   const char* w;
   void* y;
   int64_t m_total;  // images * L
+  // OutputPlacement (3-D view): output position (od, oh, ow) is y's position
+  // y_first + y_step * (od, oh, ow) of extents y_extent, y_L per image.
+  int32_t y_L, y_extent[3], y_first[3], y_step[3];
   bool y_cl, y_pairs;
   int32_t splits;   // parts of the reduction (blockIdx.z = group * splits + part)
   float* partials;  // where the parts go when splits > 1
@@ -106,6 +109,21 @@ inline void set_window_3d(const Geometry& g, WindowParams& p) {
   p.kernel_h = FastDiv(p.kernel[1]);
 }
 
+// y's position per image of output position (od, oh, ow).
+__device__ __forceinline__ int32_t placed(const Params& p, int32_t od, int32_t oh, int32_t ow) {
+  return ((p.y_first[0] + p.y_step[0] * od) * p.y_extent[1] + p.y_first[1] + p.y_step[1] * oh) *
+             p.y_extent[2] +
+         p.y_first[2] + p.y_step[2] * ow;
+}
+
+// y's position per image of output position l.
+__device__ __forceinline__ int32_t placed(const Params& p, int32_t l) {
+  int32_t rest, od, oh, ow;
+  p.out_w.divmod(l, rest, ow);
+  p.out_h.divmod(rest, od, oh);
+  return placed(p, od, oh, ow);
+}
+
 // Reduction index kk = (tap, channel c) of the implicit GEMMs: c and the tap's
 // displacement per dimension (3-D view, times the dilation).
 template <typename P>
@@ -142,8 +160,8 @@ constexpr int row_bytes() {
 }
 
 // Each row's window origin (o * stride - pad per dimension, and the image)
-// and (image, position). Rows past the end repeat the last position: valid
-// reads, never stored.
+// and (image, y's position). Rows past the end repeat the last position:
+// valid reads, never stored.
 template <int BM, int THREADS>
 __device__ __forceinline__ void prepare_rows(const Params& p, int64_t m0, int4* origins,
                                              int2* positions) {
@@ -156,7 +174,7 @@ __device__ __forceinline__ void prepare_rows(const Params& p, int64_t m0, int4* 
     p.out_h.divmod(rest, od, oh);
     origins[r] = make_int4(od * p.stride[0] - p.pad[0], oh * p.stride[1] - p.pad[1],
                            ow * p.stride[2] - p.pad[2], static_cast<int32_t>(image));
-    positions[r] = make_int2(static_cast<int32_t>(image), l);
+    positions[r] = make_int2(static_cast<int32_t>(image), placed(p, od, oh, ow));
   }
 }
 
@@ -262,7 +280,7 @@ __device__ __forceinline__ void store_rows(const Params& p, const float (&acc)[N
         if (col + 1 < p.Og) row[col + 1] = acc[j][2 * h + 1];
       }
     } else if (p.y_cl) {
-      TY* row = y + (m0 + r) * p.O + channel0;
+      TY* row = y + (static_cast<int64_t>(at.x) * p.y_L + at.y) * p.O + channel0;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int32_t col = n0 + c0 + j * 8 + 2 * (lane & 3);
@@ -275,13 +293,13 @@ __device__ __forceinline__ void store_rows(const Params& p, const float (&acc)[N
         }
       }
     } else {
-      TY* first = y + (static_cast<int64_t>(at.x) * p.O + channel0) * p.L + at.y;
+      TY* first = y + (static_cast<int64_t>(at.x) * p.O + channel0) * p.y_L + at.y;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int32_t col = n0 + c0 + j * 8 + 2 * (lane & 3);
-        if (col < p.Og) first[static_cast<int64_t>(col) * p.L] = store_value<TY>(acc[j][2 * h]);
+        if (col < p.Og) first[static_cast<int64_t>(col) * p.y_L] = store_value<TY>(acc[j][2 * h]);
         if (col + 1 < p.Og)
-          first[static_cast<int64_t>(col + 1) * p.L] = store_value<TY>(acc[j][2 * h + 1]);
+          first[static_cast<int64_t>(col + 1) * p.y_L] = store_value<TY>(acc[j][2 * h + 1]);
       }
     }
   }

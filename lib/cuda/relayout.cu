@@ -34,18 +34,48 @@ __global__ void to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c
   }
 }
 
+// A TapMap in 32 bits, 3-D view (leading dimensions of extent 1).
+struct TapMap3 {
+  FastDiv kernel_w, kernel_h;
+  int32_t w_kernel[3], first[3], step[3];
+
+  __device__ __forceinline__ int32_t operator()(int32_t u) const {
+    int32_t rest, ud, uh, uw;
+    kernel_w.divmod(u, rest, uw);
+    kernel_h.divmod(rest, ud, uh);
+    return ((first[0] + step[0] * ud) * w_kernel[1] + first[1] + step[1] * uh) * w_kernel[2] +
+           first[2] + step[2] * uw;
+  }
+};
+
+TapMap3 tap_map_3d(const TapMap& m) {
+  TapMap3 t;
+  int64_t kernel[3];
+  const int lead = 3 - m.nd;
+  for (int d = 0; d < 3; ++d) {
+    const bool real = d >= lead;
+    kernel[d] = real ? m.kernel[d - lead] : 1;
+    t.w_kernel[d] = static_cast<int32_t>(real ? m.w_kernel[d - lead] : 1);
+    t.first[d] = static_cast<int32_t>(real ? m.first[d - lead] : 0);
+    t.step[d] = static_cast<int32_t>(real ? m.step[d - lead] : 1);
+  }
+  t.kernel_w = FastDiv(kernel[2]);
+  t.kernel_h = FastDiv(kernel[1]);
+  return t;
+}
+
 // Element e of the (packed) rows: (packed group, row, tap, position in row),
 // the row and position splitting into (which packed group, index in it).
 template <typename T>
 __global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDiv inner,
                                        FastDiv taps, FastDiv rows, FastDiv group_inner,
-                                       FastDiv group_rows, int32_t pack, int32_t og, int32_t cg,
-                                       bool w_cl, bool input_gradient) {
-  const int32_t K = static_cast<int32_t>(taps.d);
+                                       FastDiv group_rows, TapMap3 tap_of, int32_t w_taps,
+                                       int32_t pack, int32_t og, int32_t cg, bool w_cl,
+                                       bool input_gradient) {
   for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
-    int32_t t, s, k, r, gp, pr, ps;
+    int32_t t, s, u, r, gp, pr, ps;
     inner.divmod(e, t, s);
-    taps.divmod(t, t, k);
+    taps.divmod(t, t, u);
     rows.divmod(t, gp, r);
     group_rows.divmod(r, pr, r);
     group_inner.divmod(s, ps, s);
@@ -55,9 +85,9 @@ __global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDi
     }
     const int32_t g = gp * pack + pr;
     const int32_t o = input_gradient ? s : r, ch = input_gradient ? r : s;
-    const int32_t kk = input_gradient ? K - 1 - k : k;
+    const int32_t k = tap_of(u);
     const int64_t row = static_cast<int64_t>(g) * og + o;
-    out[e] = w[row * cg * K + (w_cl ? kk * cg + ch : ch * K + kk)];
+    out[e] = w[row * cg * w_taps + (w_cl ? k * cg + ch : ch * w_taps + k)];
   }
 }
 
@@ -79,21 +109,46 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
   });
 }
 
+TapMap all_taps(const Geometry& g) {
+  TapMap m;
+  m.nd = g.nd;
+  for (int d = 0; d < g.nd; ++d) m.kernel[d] = m.w_kernel[d] = g.kernel[d];
+  return m;
+}
+
+TapMap phase_taps(const Geometry& g, const GradientPhase& phase) {
+  TapMap m;
+  m.nd = g.nd;
+  for (int d = 0; d < g.nd; ++d) {
+    m.kernel[d] = phase.g.kernel[d];
+    m.w_kernel[d] = g.kernel[d];
+    m.first[d] = phase.tap_first[d];
+    m.step[d] = -phase.tap_step[d];
+  }
+  return m;
+}
+
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
-                            int64_t groups, int64_t og, int64_t cg, int64_t taps,
+                            int64_t groups, int64_t og, int64_t cg, const TapMap& taps,
                             bool input_gradient, int64_t pack, cudaStream_t stream) {
-  if (pack < 1 || groups % pack != 0) return cudaErrorInvalidValue;
-  const int64_t total = pack * groups * og * cg * taps;
+  if (pack < 1 || groups % pack != 0 || taps.nd < 1 || taps.nd > 3) return cudaErrorInvalidValue;
+  int64_t row_taps = 1, w_taps = 1;
+  for (int d = 0; d < taps.nd; ++d) {
+    row_taps *= taps.kernel[d];
+    w_taps *= taps.w_kernel[d];
+  }
+  const int64_t total = pack * groups * og * cg * row_taps;
   if (total == 0) return cudaSuccess;
-  if (total >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  if (total >= (int64_t{1} << 31) || groups * og * cg * w_taps >= (int64_t{1} << 31))
+    return cudaErrorInvalidValue;
   const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
   return with_element_bytes(elem_bytes, [&](auto tag) {
     using T = decltype(tag);
     implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(w), static_cast<T*>(out), static_cast<int32_t>(total),
-        FastDiv(pack * inner), FastDiv(taps), FastDiv(pack * rows), FastDiv(inner), FastDiv(rows),
-        static_cast<int32_t>(pack), static_cast<int32_t>(og), static_cast<int32_t>(cg),
-        w_channels_last, input_gradient);
+        FastDiv(pack * inner), FastDiv(row_taps), FastDiv(pack * rows), FastDiv(inner),
+        FastDiv(rows), tap_map_3d(taps), static_cast<int32_t>(w_taps), static_cast<int32_t>(pack),
+        static_cast<int32_t>(og), static_cast<int32_t>(cg), w_channels_last, input_gradient);
     return cudaGetLastError();
   });
 }

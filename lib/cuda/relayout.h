@@ -9,21 +9,38 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../geometry.h"
+
 namespace im2col::cuda {
 
 // out (n, size, c) = x (n, c, size) for elements of elem_bytes (2, 4 or 8).
 cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
                                    int64_t c, int64_t size, cudaStream_t stream);
 
+// Which of the filter's taps each tap of the rows reads: tap u (row-major over
+// `kernel`) reads, per dimension, the filter's tap first + step * u of its
+// window `w_kernel`.
+struct TapMap {
+  int nd = 0;
+  int64_t kernel[kMaxSpatial] = {1, 1, 1}, w_kernel[kMaxSpatial] = {1, 1, 1};
+  int64_t first[kMaxSpatial] = {0, 0, 0}, step[kMaxSpatial] = {1, 1, 1};
+};
+
+// Every tap of a window of g.kernel in order (the forward's rows).
+TapMap all_taps(const Geometry& g);
+// The taps of a phase of the input gradient, read backwards (gradient_phase).
+TapMap phase_taps(const Geometry& g, const GradientPhase& phase);
+
 // Filter rows of the implicit GEMM from w, (O, Cg, K) channels-first or
-// (O, K, Cg) channels-last, O = groups * og:
-//   forward:        out (groups * og, K, cg),  out[g, o, k, c] = w[g * og + o, c, k]
-//   input gradient: out (groups * cg, K, og),  out[g, c, k, o] = w[g * og + o, c, K - 1 - k]
+// (O, K, Cg) channels-last, O = groups * og, for the T = prod(taps.kernel)
+// taps of `taps`, tap(u) the filter's tap that row tap u reads:
+//   forward:        out (groups * og, T, cg),  out[g, o, u, c] = w[g * og + o, c, tap(u)]
+//   input gradient: out (groups * cg, T, og),  out[g, c, u, o] = w[g * og + o, c, tap(u)]
 // With pack > 1, every `pack` consecutive groups become one of pack times the
 // rows and row length, their filters on the diagonal and zeros elsewhere
 // (pack times the size).
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
-                            int64_t groups, int64_t og, int64_t cg, int64_t taps,
+                            int64_t groups, int64_t og, int64_t cg, const TapMap& taps,
                             bool input_gradient, int64_t pack, cudaStream_t stream);
 
 }  // namespace im2col::cuda
