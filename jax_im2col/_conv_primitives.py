@@ -654,7 +654,9 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
-  positions, _ = implicit_pass_extent(spec, in_spatial, input_gradient=True)
+  positions = 0  # lhs dilation: no implicit GEMM applies
+  if all(d == 1 for d in spec.window.lhs_dilation):
+    positions, _ = implicit_pass_extent(spec, in_spatial, input_gradient=True)
   pack = _implicit_pack(spec, dya.dtype, c, o, positions=positions, images=dya.shape[0],
                         input_gradient=True)
   if pack:

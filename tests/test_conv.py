@@ -732,6 +732,8 @@ def test_implicit_gemm_algorithm_choice():
   assert algorithms(precision=HIGHEST) == (0, 0, 0)         # full float32: cuBLAS
   assert algorithms(strides=(2, 2)) == (2, 2, 2)            # the input gradient's 4 phases
   assert algorithms(strides=(2, 2), xc=16) == (2, 0, 2)     # 16 channels of dx: tiles idle
+  transposed = lambda x, w: jnp.sum(conv(x, w, (1, 1), ((1, 1), (1, 1)), lhs_dilation=(2, 2)) ** 2)
+  assert _gradient_algorithms(transposed, x, w) == (0, 0, 0)  # lhs dilation: no implicit GEMM
   assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
   assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
   # The filter gradient: im2col + cuBLAS past 128 output channels per group.
