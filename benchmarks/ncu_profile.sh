@@ -9,6 +9,7 @@
 #     grouped:   the direct grouped kernels (benchmarks/profile_grouped.py)
 #     implicit:  the implicit GEMM and its layout kernels (benchmarks/profile_implicit.py)
 #     filter:    the implicit filter gradient (benchmarks/profile_filter.py)
+#     phases:    the phases of strided input gradients (benchmarks/profile_phases.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -19,6 +20,7 @@ case "${1:-columns}" in
   grouped) script=benchmarks/profile_grouped.py; kernels="(grouped|filter_|forward_kernel|backward_data_kernel)" ;;
   implicit) script=benchmarks/profile_implicit.py; kernels="(implicit_|to_channels_last)" ;;
   filter) script=benchmarks/profile_filter.py; kernels="filter_(gradient|finish)" ;;
+  phases) script=benchmarks/profile_phases.py; kernels="(implicit_|sum_parts|memset)" ;;
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \

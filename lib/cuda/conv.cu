@@ -317,15 +317,6 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
 
 // --- implicit GEMM -------------------------------------------------------------
 
-// One implicit GEMM of a call: its geometry, the filter in the kernel's row
-// layout, and where its outputs land in the output image.
-struct ImplicitPass {
-  Geometry g;
-  TapMap taps;
-  const void* rows;
-  OutputPlacement at;
-};
-
 // The input gradient has at most this many phases (gradient_phase): strides
 // whose product is larger take im2col + GEMM. Mirrored by _MAX_PHASES in
 // jax_im2col/_conv_primitives.py.
@@ -333,12 +324,15 @@ constexpr int64_t kMaxGradientPhases = 64;
 
 // The passes of the forward (one, on the forward's geometry) or of the input
 // gradient (one per phase whose positions some tap reaches; `zeros`: some
-// other phase has positions, so the output must be zeroed first).
+// other phase has positions, so the output must be zeroed first), and the
+// filter taps each one's rows take. The rows are set later.
 ffi::Error implicit_passes(const ConvShapes& s, bool input_gradient,
-                           std::vector<ImplicitPass>* passes, bool* zeros) {
+                           std::vector<ImplicitPass>* passes, std::vector<TapMap>* taps,
+                           bool* zeros) {
   *zeros = false;
   if (!input_gradient) {
-    passes->push_back({s.g, all_taps(s.g), nullptr, {}});
+    passes->push_back({s.g, nullptr, {}});
+    taps->push_back(all_taps(s.g));
     return ffi::Error::Success();
   }
   const int64_t count = gradient_phase_count(s.g);
@@ -360,15 +354,17 @@ ffi::Error implicit_passes(const ConvShapes& s, bool input_gradient,
       at.first[d] = ph.first[d];
       at.step[d] = ph.step[d];
     }
-    passes->push_back({ph.g, phase_taps(s.g, ph), nullptr, at});
+    passes->push_back({ph.g, nullptr, at});
+    taps->push_back(phase_taps(s.g, ph));
   }
   return ffi::Error::Success();
 }
 
 // out = the passes' convolutions of `image`, out_size positions per image of
-// out. A channels-first image is made channels-last a chunk of images at a
-// time in the workspace, every pass reading each chunk; the kernel writes
-// either layout.
+// out, kMaxPasses a launch (each pass a launch of its own with a split
+// reduction: their parts share the workspace). A channels-first image is made
+// channels-last a chunk of images at a time in the workspace, every pass
+// reading each chunk; the kernel writes either layout.
 ffi::Error implicit_run(const void* image, int64_t c_in, const std::vector<ImplicitPass>& passes,
                         void* out, int64_t c_out, int64_t out_size, int64_t groups,
                         const ConvShapes& s, const ConvAttrs& a, DataType in, DataType out_type,
@@ -389,9 +385,12 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const std::vector<Impli
       x = chunk;
     }
     void* part = static_cast<char*>(out) + n0 * c_out * out_size * eo;
-    for (const ImplicitPass& pass : passes) {
-      ImplicitConv conv{x, pass.rows, part, nc, c_in, c_out, groups, s.cl, pass.at, splits, partials};
-      if (auto err = cuda_error(implicit_conv(conv, pass.g, in, out_type, stream), "implicit GEMM");
+    const ImplicitConv conv{x, part, nc, c_in, c_out, groups, s.cl, splits, partials};
+    const int64_t per_launch = splits > 1 ? 1 : kMaxPasses, count = passes.size();
+    for (int64_t i = 0; i < count; i += per_launch) {
+      const int n = static_cast<int>(std::min(per_launch, count - i));
+      if (auto err = cuda_error(implicit_conv(conv, passes.data() + i, n, in, out_type, stream),
+                                "implicit GEMM");
           err.failure())
         return err;
     }
@@ -431,8 +430,10 @@ ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const
   if (pack == 0) return ffi::Error::InvalidArgument(what + ": the groups do not pack");
   const DataType in = image.element_type();
   std::vector<ImplicitPass> passes;
+  std::vector<TapMap> taps;
   bool zeros = false;
-  if (auto err = implicit_passes(s, input_gradient, &passes, &zeros); err.failure()) return err;
+  if (auto err = implicit_passes(s, input_gradient, &passes, &taps, &zeros); err.failure())
+    return err;
   int64_t pass_out_size = 0;
   for (const ImplicitPass& pass : passes) {
     if (!implicit_applies(in, a.precision == 0, pass.g, image_cg * pack, s.G / pack))
@@ -456,18 +457,21 @@ ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const
       return err;
   }
   char* rows = *ws + plan.filter;  // the passes' rows end to end
-  for (ImplicitPass& pass : passes) {
+  for (size_t i = 0; i < passes.size(); ++i) {
     if (!relayout) {
-      pass.rows = w.untyped_data();
+      passes[i].w = w.untyped_data();
       continue;
     }
-    pass.rows = rows;
-    if (auto err = cuda_error(implicit_filter(w.untyped_data(), rows, e, s.cl, s.G, s.Og, s.Cg,
-                                              pass.taps, input_gradient, pack, stream),
+    passes[i].w = rows;
+    rows += pack * s.O * s.Cg * passes[i].g.kernel_size * e;
+  }
+  if (relayout && !passes.empty()) {
+    if (auto err = cuda_error(implicit_filter(w.untyped_data(), *ws + plan.filter, e, s.cl, s.G,
+                                              s.Og, s.Cg, taps.data(), static_cast<int>(taps.size()),
+                                              input_gradient, pack, stream),
                               "filter layout");
         err.failure())
       return err;
-    rows += pack * s.O * s.Cg * pass.g.kernel_size * e;
   }
   return implicit_run(image.untyped_data(), c_in, passes, out.untyped_data(), c_out, out_size,
                       s.G / pack, s, a, in, out.element_type(), *ws + plan.image,

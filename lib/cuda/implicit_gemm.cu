@@ -34,7 +34,7 @@ constexpr int shared_bytes() {
 template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
           int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, MIN_BLOCKS)
-implicit_conv_kernel(const Params p) {
+implicit_conv_kernel(const __grid_constant__ Passes ps) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // cp.async, ldmatrix, mma.sync
   constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // a warp's tile
@@ -48,7 +48,8 @@ implicit_conv_kernel(const Params p) {
   int2* positions = reinterpret_cast<int2*>(origins + BM);                  // [BM]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
+  int64_t m0;
+  const Params& p = ps.pass[block_pass<BM>(ps, m0)];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, THREADS>(p, m0, origins, positions);
   __syncthreads();
@@ -151,39 +152,42 @@ __global__ void sum_parts_kernel(const Params p) {
 // Tile shapes: BM x BN with the warps' arrangement and the depth of the ring.
 template <typename T, typename TY, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES,
           int MIN_BLOCKS>
-cudaError_t launch(const Params& p, int64_t groups, cudaStream_t stream) {
-  return launch_tiles(implicit_conv_kernel<T, TY, BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS>, p,
+cudaError_t launch(const Passes& ps, int64_t groups, cudaStream_t stream) {
+  return launch_tiles(implicit_conv_kernel<T, TY, BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS>, ps,
                       groups, BM, BN, 32 * WARPS_M * WARPS_N, shared_bytes<BM, BN, STAGES>(), stream);
 }
 
 // The mma.sync kernel's tile for a call: the largest that still gives two
 // blocks per multiprocessor.
 template <typename T, typename TY>
-cudaError_t launch_sm80(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream) {
-  const int64_t want = 2 * static_cast<int64_t>(multiprocessors);
+cudaError_t launch_sm80(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream) {
+  const int64_t want = 2 * static_cast<int64_t>(multiprocessors), og = ps.pass[0].Og;
   auto blocks = [&](int64_t bm, int64_t bn) {
-    return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
+    int64_t tiles = 0;
+    for (int i = 0; i < ps.count; ++i) tiles += (ps.pass[i].m_total + bm - 1) / bm;
+    return tiles * ((og + bn - 1) / bn) * groups;
   };
-  if (p.splits > 1) return launch<T, TY, 128, 64, 2, 2, 3, 3>(p, groups, stream);
+  if (ps.pass[0].splits > 1) return launch<T, TY, 128, 64, 2, 2, 3, 3>(ps, groups, stream);
   // Warp tiles of 64 x 64 (32 x 32 for the smallest) keep ldmatrix traffic
   // below what the shared memory delivers: 2 mma per 16 bytes read.
-  if (p.Og > 64 && blocks(128, 128) >= want)
-    return launch<T, TY, 128, 128, 2, 2, 3, 2>(p, groups, stream);
-  if (blocks(128, 64) >= want) return launch<T, TY, 128, 64, 2, 2, 3, 3>(p, groups, stream);
-  return launch<T, TY, 64, 64, 2, 2, 4, 3>(p, groups, stream);
+  if (og > 64 && blocks(128, 128) >= want)
+    return launch<T, TY, 128, 128, 2, 2, 3, 2>(ps, groups, stream);
+  if (blocks(128, 64) >= want) return launch<T, TY, 128, 64, 2, 2, 3, 3>(ps, groups, stream);
+  return launch<T, TY, 64, 64, 2, 2, 4, 3>(ps, groups, stream);
 }
 
 // The wgmma kernel on Hopper (sm_90, when compiled for sm_90a), else mma.sync;
-// then, with splits, the sum of the parts.
+// then, with splits (one pass), the sum of the parts.
 template <typename T, typename TY>
-cudaError_t launch_for(const Params& p, int64_t groups, cudaStream_t stream) {
+cudaError_t launch_for(const Passes& ps, int64_t groups, cudaStream_t stream) {
   DeviceInfo info;
   if (auto e = current_device_info(&info); e != cudaSuccess) return e;
   if (info.major < 8) return cudaErrorNotSupported;  // Python routes these GPUs elsewhere
   cudaError_t e = cudaErrorNotSupported;
   if (info.major == 9 && info.minor == 0 && hopper_kernels_compiled())
-    e = launch_sm90<T, TY>(p, groups, info.multiprocessors, stream);
-  if (e == cudaErrorNotSupported) e = launch_sm80<T, TY>(p, groups, info.multiprocessors, stream);
+    e = launch_sm90<T, TY>(ps, groups, info.multiprocessors, stream);
+  if (e == cudaErrorNotSupported) e = launch_sm80<T, TY>(ps, groups, info.multiprocessors, stream);
+  const Params& p = ps.pass[0];
   if (e != cudaSuccess || p.splits == 1) return e;
   sum_parts_kernel<TY><<<blocks_for(p.m_total * p.O), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -226,41 +230,48 @@ bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64
          g.nd >= 1 && g.nd <= 3 && cg * g.kernel_size < k32 && cg * groups < k32;
 }
 
-cudaError_t implicit_conv(const ImplicitConv& c, const Geometry& g, xla::ffi::DataType in,
-                          xla::ffi::DataType out, cudaStream_t stream) {
+cudaError_t implicit_conv(const ImplicitConv& c, const ImplicitPass* passes, int count,
+                          xla::ffi::DataType in, xla::ffi::DataType out, cudaStream_t stream) {
   using xla::ffi::DataType;
   const int64_t cg = c.c / c.groups, og = c.o / c.groups;
-  const int64_t m_total = c.n * g.out_size;
-  if (m_total == 0 || og == 0) return cudaSuccess;
+  if (count < 1 || count > kMaxPasses || (c.splits > 1 && count > 1)) return cudaErrorInvalidValue;
   if (c.o >= (int64_t{1} << 31) || c.c >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  Params p;
-  if (!set_placement_3d(c.at, g, p)) return cudaErrorInvalidValue;
-  p.x = static_cast<const char*>(c.x);
-  p.w = static_cast<const char*>(c.w);
-  p.y = c.y;
-  p.m_total = m_total;
-  set_window_3d(g, p);
-  p.images = static_cast<int32_t>(c.n);
-  p.cg_div = FastDiv(cg);
-  p.C = static_cast<int32_t>(c.c);
-  p.Cg = static_cast<int32_t>(cg);
-  p.O = static_cast<int32_t>(c.o);
-  p.Og = static_cast<int32_t>(og);
-  p.Kg = static_cast<int32_t>(cg * g.kernel_size);
-  p.y_cl = c.y_channels_last;
-  p.y_pairs = c.o % 2 == 0 && og % 2 == 0;
-  p.splits = static_cast<int32_t>(c.splits);
-  p.partials = c.partials;
   if (c.splits < 1 || c.groups * c.splits > 65535 || (c.splits > 1 && c.partials == nullptr))
     return cudaErrorInvalidValue;
+  Passes ps;
+  ps.count = 0;
+  for (int i = 0; i < count; ++i) {
+    const Geometry& g = passes[i].g;
+    const int64_t m_total = c.n * g.out_size;
+    if (m_total == 0) continue;
+    Params& p = ps.pass[ps.count++];
+    p.x = static_cast<const char*>(c.x);
+    p.w = static_cast<const char*>(passes[i].w);
+    p.y = c.y;
+    p.m_total = m_total;
+    set_window_3d(g, p);
+    if (!set_placement_3d(passes[i].at, g, p)) return cudaErrorInvalidValue;
+    p.images = static_cast<int32_t>(c.n);
+    p.cg_div = FastDiv(cg);
+    p.C = static_cast<int32_t>(c.c);
+    p.Cg = static_cast<int32_t>(cg);
+    p.O = static_cast<int32_t>(c.o);
+    p.Og = static_cast<int32_t>(og);
+    p.Kg = static_cast<int32_t>(cg * g.kernel_size);
+    p.y_cl = c.y_channels_last;
+    p.y_pairs = c.o % 2 == 0 && og % 2 == 0;
+    p.splits = static_cast<int32_t>(c.splits);
+    p.partials = c.partials;
+  }
+  if (ps.count == 0 || og == 0) return cudaSuccess;
   switch (in) {
-    case DataType::F32: return launch_for<float, float>(p, c.groups, stream);
+    case DataType::F32: return launch_for<float, float>(ps, c.groups, stream);
     case DataType::BF16:
-      return out == DataType::F32 ? launch_for<__nv_bfloat16, float>(p, c.groups, stream)
-                                  : launch_for<__nv_bfloat16, __nv_bfloat16>(p, c.groups, stream);
+      return out == DataType::F32 ? launch_for<__nv_bfloat16, float>(ps, c.groups, stream)
+                                  : launch_for<__nv_bfloat16, __nv_bfloat16>(ps, c.groups, stream);
     case DataType::F16:
-      return out == DataType::F32 ? launch_for<__half, float>(p, c.groups, stream)
-                                  : launch_for<__half, __half>(p, c.groups, stream);
+      return out == DataType::F32 ? launch_for<__half, float>(ps, c.groups, stream)
+                                  : launch_for<__half, __half>(ps, c.groups, stream);
     default: return cudaErrorInvalidValue;
   }
 }

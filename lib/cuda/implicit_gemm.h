@@ -30,17 +30,26 @@ struct OutputPlacement {
   int64_t step[kMaxSpatial] = {1, 1, 1};
 };
 
+// One convolution of a launch: its geometry, its filter rows
+// (groups * og, K, c / groups), contiguous, and where its outputs land.
+struct ImplicitPass {
+  Geometry g;
+  const void* w;
+  OutputPlacement at;
+};
+
+// Passes one launch takes at most (the 8 phases of a 3-D stride 2).
+constexpr int kMaxPasses = 8;
+
 struct ImplicitConv {
-  const void* x;  // channels-last image (n, *in, c)
-  const void* w;  // filter rows (groups * og, K, c / groups), contiguous
+  const void* x;  // channels-last image (n, *in, c), every pass's input
   void* y;        // (n, *out, o) when y_channels_last, else (n, o, *out)
   int64_t n, c, o, groups;
   bool y_channels_last;
-  OutputPlacement at;
-  // With splits > 1, each block sums one of `splits` parts of the reduction
-  // into `partials` (float32, splits x n * L x o), and a second kernel adds
-  // the parts in order: more blocks where n * L is small and the reduction
-  // long, and the same result on every run.
+  // With splits > 1 (one pass only), each block sums one of `splits` parts of
+  // the reduction into `partials` (float32, splits x n * L x o), and a second
+  // kernel adds the parts in order: more blocks where n * L is small and the
+  // reduction long, and the same result on every run.
   int64_t splits = 1;
   float* partials = nullptr;
 };
@@ -57,11 +66,13 @@ inline size_t implicit_partials_bytes(int64_t splits, int64_t n, int64_t out_siz
 bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
                       int64_t groups);
 
-// y = conv(p.x, p.w) for x of type `in` and y of type `out` (`in`, or float32
-// for half inputs). On Hopper with hopper_kernels_compiled(), by wgmma, with
-// float32 operands truncated to TF32; elsewhere by mma.sync, rounded to nearest.
-cudaError_t implicit_conv(const ImplicitConv& p, const Geometry& g, xla::ffi::DataType in,
-                          xla::ffi::DataType out, cudaStream_t stream);
+// y = conv(c.x, pass.w) on pass.g, placed by pass.at, for each of `count`
+// passes (1 to kMaxPasses) in one launch, for x of type `in` and y of type
+// `out` (`in`, or float32 for half inputs). On Hopper with
+// hopper_kernels_compiled(), by wgmma, with float32 operands truncated to
+// TF32; elsewhere by mma.sync, rounded to nearest.
+cudaError_t implicit_conv(const ImplicitConv& c, const ImplicitPass* passes, int count,
+                          xla::ffi::DataType in, xla::ffi::DataType out, cudaStream_t stream);
 
 // Whether this module carries the Hopper (wgmma) kernel: built for sm_90a.
 bool hopper_kernels_compiled();

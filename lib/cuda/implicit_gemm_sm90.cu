@@ -81,7 +81,8 @@ constexpr int gather_shared_bytes() {
 }
 
 template <typename T, typename TY, int BN, int WGS, int STAGES>
-__global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_gather_kernel(const Params p) {
+__global__ void __launch_bounds__(128 * WGS, 1)
+implicit_conv_gather_kernel(const __grid_constant__ Passes ps) {
 #ifdef IM2COL_WGMMA
   constexpr int BM = 64 * WGS, THREADS = 128 * WGS, NT = BN / 8;
   static_assert(STAGES >= 3, "one buffer in use by the tensor cores, one being filled");
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_gather_kernel(cons
   int2* positions = reinterpret_cast<int2*>(origins + BM);                  // [BM]
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
+  int64_t m0;
+  const Params& p = ps.pass[block_pass<BM>(ps, m0)];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, THREADS>(p, m0, origins, positions);
   __syncthreads();
@@ -141,9 +143,9 @@ __global__ void __launch_bounds__(128 * WGS, 1) implicit_conv_gather_kernel(cons
 }
 
 template <typename T, typename TY, int BN, int WGS, int STAGES>
-cudaError_t launch_gather(const Params& p, int64_t groups, cudaStream_t stream) {
+cudaError_t launch_gather(const Passes& ps, int64_t groups, cudaStream_t stream) {
   constexpr int BM = 64 * WGS;
-  return launch_tiles(implicit_conv_gather_kernel<T, TY, BN, WGS, STAGES>, p, groups, BM, BN,
+  return launch_tiles(implicit_conv_gather_kernel<T, TY, BN, WGS, STAGES>, ps, groups, BM, BN,
                       128 * WGS, gather_shared_bytes<BM, BN, STAGES>(), stream);
 }
 
@@ -164,10 +166,15 @@ constexpr int tma_shared_bytes() {
          row_bytes<kTmaBM>();
 }
 
+// Each pass's tensor maps: its image as an im2col map, its filter rows as a
+// tiled one.
+struct PassMaps {
+  CUtensorMap image[kMaxPasses], filter[kMaxPasses];
+};
+
 template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kTmaThreads, MIN_BLOCKS)
-implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap image_map,
-                         const __grid_constant__ CUtensorMap filter_map) {
+implicit_conv_tma_kernel(const __grid_constant__ Passes ps, const __grid_constant__ PassMaps maps) {
 #ifdef IM2COL_WGMMA
   constexpr int BM = kTmaBM, NT = BN / 8;
   constexpr int BKE = kRowBytes / sizeof(T);
@@ -181,7 +188,9 @@ implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap ima
   int4* origins = reinterpret_cast<int4*>(empty + STAGES);                        // [BM]
   int2* positions = reinterpret_cast<int2*>(origins + BM);                        // [BM]
 
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
+  int64_t m0;
+  const int pass = block_pass<BM>(ps, m0);
+  const Params& p = ps.pass[pass];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, kTmaThreads>(p, m0, origins, positions);
   if (threadIdx.x == 0) {
@@ -211,9 +220,9 @@ implicit_conv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap ima
       const int32_t kk = (k_begin + kt) * BKE;
       int32_t c, disp[3];
       tap_of(p, kk, c, disp);
-      tma_im2col_nd(p.nd, shared_address(a_tiles + s * BM * kChunks), &image_map, bar,
+      tma_im2col_nd(p.nd, shared_address(a_tiles + s * BM * kChunks), &maps.image[pass], bar,
                     group * p.Cg + c, corner, o.w, disp);
-      tma_tile_2d(shared_address(b_tiles + s * BN * kChunks), &filter_map, bar, kk,
+      tma_tile_2d(shared_address(b_tiles + s * BN * kChunks), &maps.filter[pass], bar, kk,
                   group * p.Og + n0);
     }
     return;
@@ -246,35 +255,44 @@ WindowBox window_box(const Params& p) {
   return WindowBox{p.nd, p.in, p.out, p.stride, p.dilation, p.pad, p.kernel};
 }
 
-// Whether the TMA kernel takes a call: k-tiles of whole taps, and windows the
-// im2col box can describe.
+// Whether the TMA kernel takes every pass of a call: k-tiles of whole taps,
+// and windows the im2col box can describe.
 template <typename T>
-bool tma_applies(const Params& p) {
+bool tma_applies(const Passes& ps) {
   constexpr int BKE = kRowBytes / sizeof(T);
-  if (p.Cg % BKE != 0 || p.images < 1) return false;
-  if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
-  return im2col_box_fits(window_box(p));
+  for (int i = 0; i < ps.count; ++i) {
+    const Params& p = ps.pass[i];
+    if (p.Cg % BKE != 0 || p.images < 1) return false;
+    if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
+    if (!im2col_box_fits(window_box(p))) return false;
+  }
+  return true;
 }
 
-// The image as an im2col map (boxes of kTmaBM windows) and the filter rows
-// as a tiled map.
+// Each pass's image as an im2col map (boxes of kTmaBM windows) and filter
+// rows as a tiled map.
 template <typename T, int BN>
-bool encode_maps(const Params& p, int64_t groups, CUtensorMap* image, CUtensorMap* filter) {
+bool encode_maps(const Passes& ps, int64_t groups, PassMaps* maps) {
   constexpr uint32_t BKE = kRowBytes / sizeof(T);
-  return encode_im2col_map<T>(image, p.x, window_box(p), p.C, p.images, BKE, kTmaBM) &&
-         encode_rows_map<T>(filter, p.w, groups * p.Og, p.Kg, BKE, BN);
+  for (int i = 0; i < ps.count; ++i) {
+    const Params& p = ps.pass[i];
+    if (!encode_im2col_map<T>(&maps->image[i], p.x, window_box(p), p.C, p.images, BKE, kTmaBM) ||
+        !encode_rows_map<T>(&maps->filter[i], p.w, groups * p.Og, p.Kg, BKE, BN))
+      return false;
+  }
+  return true;
 }
 
 // MIN_BLOCKS per multiprocessor: where the ring is short enough for two, one
 // block's start (the first copies' latency) and end (the stores) overlap the
 // other's multiplies.
 template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
-cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
-  CUtensorMap image, filter;
-  if (!encode_maps<T, BN>(p, groups, &image, &filter)) return cudaErrorNotSupported;
+cudaError_t launch_tma(const Passes& ps, int64_t groups, cudaStream_t stream) {
+  PassMaps maps;
+  if (!encode_maps<T, BN>(ps, groups, &maps)) return cudaErrorNotSupported;
   static_assert(MIN_BLOCKS * tma_shared_bytes<BN, STAGES>() <= 227 * 1024, "shared memory");
-  return launch_tiles(implicit_conv_tma_kernel<T, TY, BN, STAGES, MIN_BLOCKS>, p, groups, kTmaBM,
-                      BN, kTmaThreads, tma_shared_bytes<BN, STAGES>(), stream, image, filter);
+  return launch_tiles(implicit_conv_tma_kernel<T, TY, BN, STAGES, MIN_BLOCKS>, ps, groups, kTmaBM,
+                      BN, kTmaThreads, tma_shared_bytes<BN, STAGES>(), stream, maps);
 }
 
 }  // namespace
@@ -283,39 +301,43 @@ cudaError_t launch_tma(const Params& p, int64_t groups, cudaStream_t stream) {
 // multiprocessor once, else the smallest. Split reductions keep 128 x 64
 // tiles (the plan in Python counts them).
 template <typename T, typename TY>
-cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream) {
+cudaError_t launch_sm90(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream) {
 #ifndef JAX_IM2COL_SM90A
-  (void)p, (void)groups, (void)multiprocessors, (void)stream;
+  (void)ps, (void)groups, (void)multiprocessors, (void)stream;
   return cudaErrorNotSupported;
 #else
+  const int64_t og = ps.pass[0].Og;
+  const bool split = ps.pass[0].splits > 1;
   auto blocks = [&](int64_t bm, int64_t bn) {
-    return (p.m_total + bm - 1) / bm * ((p.Og + bn - 1) / bn) * groups;
+    int64_t tiles = 0;
+    for (int i = 0; i < ps.count; ++i) tiles += (ps.pass[i].m_total + bm - 1) / bm;
+    return tiles * ((og + bn - 1) / bn) * groups;
   };
   const int64_t want = multiprocessors;
-  if (tma_applies<T>(p)) {
+  if (tma_applies<T>(ps)) {
     cudaError_t e;
-    if (p.splits == 1 && p.Og > 128 && blocks(128, 256) >= want)
-      e = launch_tma<T, TY, 256, 4, 1>(p, groups, stream);
-    else if (p.splits == 1 && p.Og > 64 && blocks(128, 128) >= want)
-      e = launch_tma<T, TY, 128, 3, 2>(p, groups, stream);
+    if (!split && og > 128 && blocks(128, 256) >= want)
+      e = launch_tma<T, TY, 256, 4, 1>(ps, groups, stream);
+    else if (!split && og > 64 && blocks(128, 128) >= want)
+      e = launch_tma<T, TY, 128, 3, 2>(ps, groups, stream);
     else
-      e = launch_tma<T, TY, 64, 4, 2>(p, groups, stream);
+      e = launch_tma<T, TY, 64, 4, 2>(ps, groups, stream);
     if (e != cudaErrorNotSupported) return e;
   }
-  if (p.splits > 1) return launch_gather<T, TY, 64, 2, 6>(p, groups, stream);
-  if (p.Og > 128 && blocks(128, 256) >= want) return launch_gather<T, TY, 256, 2, 4>(p, groups, stream);
-  if (p.Og > 64 && blocks(128, 128) >= want) return launch_gather<T, TY, 128, 2, 5>(p, groups, stream);
-  if (blocks(128, 64) >= want) return launch_gather<T, TY, 64, 2, 6>(p, groups, stream);
-  return launch_gather<T, TY, 64, 1, 6>(p, groups, stream);
+  if (split) return launch_gather<T, TY, 64, 2, 6>(ps, groups, stream);
+  if (og > 128 && blocks(128, 256) >= want) return launch_gather<T, TY, 256, 2, 4>(ps, groups, stream);
+  if (og > 64 && blocks(128, 128) >= want) return launch_gather<T, TY, 128, 2, 5>(ps, groups, stream);
+  if (blocks(128, 64) >= want) return launch_gather<T, TY, 64, 2, 6>(ps, groups, stream);
+  return launch_gather<T, TY, 64, 1, 6>(ps, groups, stream);
 #endif
 }
 
-template cudaError_t launch_sm90<float, float>(const Params&, int64_t, int, cudaStream_t);
-template cudaError_t launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int64_t, int,
+template cudaError_t launch_sm90<float, float>(const Passes&, int64_t, int, cudaStream_t);
+template cudaError_t launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Passes&, int64_t, int,
                                                                cudaStream_t);
-template cudaError_t launch_sm90<__nv_bfloat16, float>(const Params&, int64_t, int, cudaStream_t);
-template cudaError_t launch_sm90<__half, __half>(const Params&, int64_t, int, cudaStream_t);
-template cudaError_t launch_sm90<__half, float>(const Params&, int64_t, int, cudaStream_t);
+template cudaError_t launch_sm90<__nv_bfloat16, float>(const Passes&, int64_t, int, cudaStream_t);
+template cudaError_t launch_sm90<__half, __half>(const Passes&, int64_t, int, cudaStream_t);
+template cudaError_t launch_sm90<__half, float>(const Passes&, int64_t, int, cudaStream_t);
 
 }  // namespace implicit
 

@@ -25,6 +25,7 @@
 #include "../geometry.h"
 #include "device_info.h"
 #include "device_util.cuh"
+#include "implicit_gemm.h"
 
 namespace im2col::cuda::implicit {
 
@@ -59,10 +60,36 @@ struct Params : WindowParams {
   float* partials;  // where the parts go when splits > 1
 };
 
+// The convolutions of one launch (kMaxPasses in implicit_gemm.h; the phases
+// of a strided input gradient): each pass's BM-row tiles follow the previous
+// pass's along blockIdx.x; all share Og, groups and splits. Kernels take it
+// __grid_constant__, so that indexing it by pass reads their parameters in
+// place rather than copying them.
+struct Passes {
+  Params pass[kMaxPasses];
+  int32_t tiles_end[kMaxPasses];  // set by launch_tiles for its BM
+  int32_t count;
+
+  int64_t m_total() const {
+    int64_t m = 0;
+    for (int i = 0; i < count; ++i) m += pass[i].m_total;
+    return m;
+  }
+};
+
+// This block's pass and the first row m0 of its tile in that pass.
+template <int BM>
+__device__ __forceinline__ int block_pass(const Passes& ps, int64_t& m0) {
+  int i = 0;
+  while (i + 1 < ps.count && static_cast<int32_t>(blockIdx.x) >= ps.tiles_end[i]) ++i;
+  m0 = (static_cast<int64_t>(blockIdx.x) - (i > 0 ? ps.tiles_end[i - 1] : 0)) * BM;
+  return i;
+}
+
 // The Hopper kernels for T inputs and TY outputs (implicit_gemm_sm90.cu);
 // cudaErrorNotSupported where they were not compiled (no sm_90a target).
 template <typename T, typename TY>
-cudaError_t launch_sm90(const Params& p, int64_t groups, int multiprocessors, cudaStream_t stream);
+cudaError_t launch_sm90(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream);
 
 // Launches `kernel` on `grid` with `bytes` of dynamic shared memory.
 template <typename Kernel, typename... Args>
@@ -76,15 +103,20 @@ cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
 }
 
 // Launches an implicit-GEMM kernel with `bytes` of dynamic shared memory on
-// its grid: BM x BN tiles of each group's y, and the parts of a split
-// reduction (blockIdx.z = group * splits + part).
+// its grid: BM x BN tiles of each group's y for every pass, and the parts of
+// a split reduction (blockIdx.z = group * splits + part).
 template <typename Kernel, typename... Args>
-cudaError_t launch_tiles(Kernel kernel, const Params& p, int64_t groups, int bm, int bn,
-                         int threads, int bytes, cudaStream_t stream, const Args&... args) {
-  const dim3 grid(static_cast<unsigned>((p.m_total + bm - 1) / bm),
-                  static_cast<unsigned>((p.Og + bn - 1) / bn),
-                  static_cast<unsigned>(groups * p.splits));
-  return launch_with_shared(kernel, grid, threads, bytes, stream, p, args...);
+cudaError_t launch_tiles(Kernel kernel, Passes ps, int64_t groups, int bm, int bn, int threads,
+                         int bytes, cudaStream_t stream, const Args&... args) {
+  int64_t tiles = 0;
+  for (int i = 0; i < ps.count; ++i) {
+    tiles += (ps.pass[i].m_total + bm - 1) / bm;
+    ps.tiles_end[i] = static_cast<int32_t>(tiles);
+  }
+  if (tiles >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((ps.pass[0].Og + bn - 1) / bn),
+                  static_cast<unsigned>(groups * ps.pass[0].splits));
+  return launch_with_shared(kernel, grid, threads, bytes, stream, ps, args...);
 }
 
 // The spatial fields of p from g.

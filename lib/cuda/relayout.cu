@@ -1,5 +1,6 @@
 #include "relayout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -36,7 +37,7 @@ __global__ void to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c
 
 // A TapMap in 32 bits, 3-D view (leading dimensions of extent 1).
 struct TapMap3 {
-  FastDiv kernel_w, kernel_h;
+  FastDiv kernel_size, kernel_w, kernel_h;
   int32_t w_kernel[3], first[3], step[3];
 
   __device__ __forceinline__ int32_t operator()(int32_t u) const {
@@ -59,23 +60,37 @@ TapMap3 tap_map_3d(const TapMap& m) {
     t.first[d] = static_cast<int32_t>(real ? m.first[d - lead] : 0);
     t.step[d] = static_cast<int32_t>(real ? m.step[d - lead] : 1);
   }
+  t.kernel_size = FastDiv(kernel[0] * kernel[1] * kernel[2]);
   t.kernel_w = FastDiv(kernel[2]);
   t.kernel_h = FastDiv(kernel[1]);
   return t;
 }
 
-// Element e of the (packed) rows: (packed group, row, tap, position in row),
-// the row and position splitting into (which packed group, index in it).
+// Up to kMapsPerLaunch tap maps' rows, end to end: map i's elements end at
+// ends[i].
+constexpr int kMapsPerLaunch = 8;
+struct FilterMaps {
+  TapMap3 map[kMapsPerLaunch];
+  int32_t ends[kMapsPerLaunch];
+  int32_t count;
+};
+
+// Element e of the (packed) rows of its map: (packed group, row, tap,
+// position in row), the row and position splitting into (which packed
+// group, index in it).
 template <typename T>
-__global__ void implicit_filter_kernel(const T* w, T* out, int32_t total, FastDiv inner,
-                                       FastDiv taps, FastDiv rows, FastDiv group_inner,
-                                       FastDiv group_rows, TapMap3 tap_of, int32_t w_taps,
-                                       int32_t pack, int32_t og, int32_t cg, bool w_cl,
-                                       bool input_gradient) {
+__global__ void implicit_filter_kernel(const T* w, T* out, const __grid_constant__ FilterMaps maps,
+                                       FastDiv inner, FastDiv rows, FastDiv group_inner,
+                                       FastDiv group_rows, int32_t w_taps, int32_t pack,
+                                       int32_t og, int32_t cg, bool w_cl, bool input_gradient) {
+  const int32_t total = maps.ends[maps.count - 1];
   for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+    int i = 0;
+    while (e >= maps.ends[i]) ++i;
+    const TapMap3& tap_of = maps.map[i];
     int32_t t, s, u, r, gp, pr, ps;
-    inner.divmod(e, t, s);
-    taps.divmod(t, t, u);
+    inner.divmod(e - (i > 0 ? maps.ends[i - 1] : 0), t, s);
+    tap_of.kernel_size.divmod(t, t, u);
     rows.divmod(t, gp, r);
     group_rows.divmod(r, pr, r);
     group_inner.divmod(s, ps, s);
@@ -129,28 +144,42 @@ TapMap phase_taps(const Geometry& g, const GradientPhase& phase) {
 }
 
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
-                            int64_t groups, int64_t og, int64_t cg, const TapMap& taps,
+                            int64_t groups, int64_t og, int64_t cg, const TapMap* taps, int count,
                             bool input_gradient, int64_t pack, cudaStream_t stream) {
-  if (pack < 1 || groups % pack != 0 || taps.nd < 1 || taps.nd > 3) return cudaErrorInvalidValue;
-  int64_t row_taps = 1, w_taps = 1;
-  for (int d = 0; d < taps.nd; ++d) {
-    row_taps *= taps.kernel[d];
-    w_taps *= taps.w_kernel[d];
-  }
-  const int64_t total = pack * groups * og * cg * row_taps;
-  if (total == 0) return cudaSuccess;
-  if (total >= (int64_t{1} << 31) || groups * og * cg * w_taps >= (int64_t{1} << 31))
-    return cudaErrorInvalidValue;
+  if (pack < 1 || groups % pack != 0 || count < 0) return cudaErrorInvalidValue;
   const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
-  return with_element_bytes(elem_bytes, [&](auto tag) {
-    using T = decltype(tag);
-    implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<const T*>(w), static_cast<T*>(out), static_cast<int32_t>(total),
-        FastDiv(pack * inner), FastDiv(row_taps), FastDiv(pack * rows), FastDiv(inner),
-        FastDiv(rows), tap_map_3d(taps), static_cast<int32_t>(w_taps), static_cast<int32_t>(pack),
-        static_cast<int32_t>(og), static_cast<int32_t>(cg), w_channels_last, input_gradient);
-    return cudaGetLastError();
-  });
+  const int64_t per_tap = pack * groups * og * cg;  // row elements per tap
+  int64_t w_taps = 1;
+  for (int d = 0; count > 0 && d < taps[0].nd; ++d) w_taps *= taps[0].w_kernel[d];
+  if (groups * og * cg * w_taps >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  for (int first = 0; first < count; first += kMapsPerLaunch) {
+    FilterMaps maps;
+    maps.count = std::min(kMapsPerLaunch, count - first);
+    int64_t total = 0;
+    for (int i = 0; i < maps.count; ++i) {
+      const TapMap& m = taps[first + i];
+      if (m.nd < 1 || m.nd > 3) return cudaErrorInvalidValue;
+      int64_t row_taps = 1;
+      for (int d = 0; d < m.nd; ++d) row_taps *= m.kernel[d];
+      total += per_tap * row_taps;
+      if (total >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+      maps.map[i] = tap_map_3d(m);
+      maps.ends[i] = static_cast<int32_t>(total);
+    }
+    if (total == 0) continue;
+    const cudaError_t e = with_element_bytes(elem_bytes, [&](auto tag) {
+      using T = decltype(tag);
+      implicit_filter_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+          static_cast<const T*>(w), static_cast<T*>(out), maps, FastDiv(pack * inner),
+          FastDiv(pack * rows), FastDiv(inner), FastDiv(rows), static_cast<int32_t>(w_taps),
+          static_cast<int32_t>(pack), static_cast<int32_t>(og), static_cast<int32_t>(cg),
+          w_channels_last, input_gradient);
+      return cudaGetLastError();
+    });
+    if (e != cudaSuccess) return e;
+    out = static_cast<char*>(out) + total * elem_bytes;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace im2col::cuda

@@ -32,15 +32,16 @@ TapMap all_taps(const Geometry& g);
 TapMap phase_taps(const Geometry& g, const GradientPhase& phase);
 
 // Filter rows of the implicit GEMM from w, (O, Cg, K) channels-first or
-// (O, K, Cg) channels-last, O = groups * og, for the T = prod(taps.kernel)
-// taps of `taps`, tap(u) the filter's tap that row tap u reads:
-//   forward:        out (groups * og, T, cg),  out[g, o, u, c] = w[g * og + o, c, tap(u)]
-//   input gradient: out (groups * cg, T, og),  out[g, c, u, o] = w[g * og + o, c, tap(u)]
+// (O, K, Cg) channels-last, O = groups * og, for each of `count` tap maps, the
+// rows of map i right after those of map i - 1. For the T = prod(kernel) taps
+// of a map, tap(u) the filter's tap that row tap u reads:
+//   forward:        (groups * og, T, cg),  [g, o, u, c] = w[g * og + o, c, tap(u)]
+//   input gradient: (groups * cg, T, og),  [g, c, u, o] = w[g * og + o, c, tap(u)]
 // With pack > 1, every `pack` consecutive groups become one of pack times the
 // rows and row length, their filters on the diagonal and zeros elsewhere
 // (pack times the size).
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
-                            int64_t groups, int64_t og, int64_t cg, const TapMap& taps,
+                            int64_t groups, int64_t og, int64_t cg, const TapMap* taps, int count,
                             bool input_gradient, int64_t pack, cudaStream_t stream);
 
 }  // namespace im2col::cuda
