@@ -552,14 +552,8 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
   p.partials = c.partials;
   p.m_total = static_cast<int32_t>(m_total);
   set_window_3d(g, p);
-  p.images = static_cast<int32_t>(c.n);
+  set_channels(p, c.n, c.c, c.o, c.groups, g.kernel_size);
   p.positions = FastDiv(g.out_size);
-  p.cg_div = FastDiv(cg);
-  p.C = static_cast<int32_t>(c.c);
-  p.Cg = static_cast<int32_t>(cg);
-  p.O = static_cast<int32_t>(c.o);
-  p.Og = static_cast<int32_t>(og);
-  p.Kg = static_cast<int32_t>(cg * g.kernel_size);
   p.splits = static_cast<int32_t>(c.splits);
   p.accumulate = c.accumulate;
   const int64_t tiles = (m_total + kFilterPositions - 1) / kFilterPositions;

@@ -233,7 +233,7 @@ bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64
 cudaError_t implicit_conv(const ImplicitConv& c, const ImplicitPass* passes, int count,
                           xla::ffi::DataType in, xla::ffi::DataType out, cudaStream_t stream) {
   using xla::ffi::DataType;
-  const int64_t cg = c.c / c.groups, og = c.o / c.groups;
+  const int64_t og = c.o / c.groups;
   if (count < 1 || count > kMaxPasses || (c.splits > 1 && count > 1)) return cudaErrorInvalidValue;
   if (c.o >= (int64_t{1} << 31) || c.c >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   if (c.splits < 1 || c.groups * c.splits > 65535 || (c.splits > 1 && c.partials == nullptr))
@@ -251,13 +251,7 @@ cudaError_t implicit_conv(const ImplicitConv& c, const ImplicitPass* passes, int
     p.m_total = m_total;
     set_window_3d(g, p);
     if (!set_placement_3d(passes[i].at, g, p)) return cudaErrorInvalidValue;
-    p.images = static_cast<int32_t>(c.n);
-    p.cg_div = FastDiv(cg);
-    p.C = static_cast<int32_t>(c.c);
-    p.Cg = static_cast<int32_t>(cg);
-    p.O = static_cast<int32_t>(c.o);
-    p.Og = static_cast<int32_t>(og);
-    p.Kg = static_cast<int32_t>(cg * g.kernel_size);
+    set_channels(p, c.n, c.c, c.o, c.groups, g.kernel_size);
     p.y_cl = c.y_channels_last;
     p.y_pairs = c.o % 2 == 0 && og % 2 == 0;
     p.splits = static_cast<int32_t>(c.splits);

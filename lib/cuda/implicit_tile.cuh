@@ -156,6 +156,20 @@ __device__ __forceinline__ int32_t placed(const Params& p, int32_t l) {
   return placed(p, od, oh, ow);
 }
 
+// The channel fields of p: n images of c channels in, o out, in groups, for a
+// window of `taps` taps.
+inline void set_channels(WindowParams& p, int64_t n, int64_t c, int64_t o, int64_t groups,
+                         int64_t taps) {
+  const int64_t cg = c / groups, og = o / groups;
+  p.images = static_cast<int32_t>(n);
+  p.cg_div = FastDiv(cg);
+  p.C = static_cast<int32_t>(c);
+  p.Cg = static_cast<int32_t>(cg);
+  p.O = static_cast<int32_t>(o);
+  p.Og = static_cast<int32_t>(og);
+  p.Kg = static_cast<int32_t>(cg * taps);
+}
+
 // Reduction index kk = (tap, channel c) of the implicit GEMMs: c and the tap's
 // displacement per dimension (3-D view, times the dilation).
 template <typename P>
