@@ -317,6 +317,31 @@ Operand operand(const void* p, int64_t ld, int64_t sn, int64_t sg, DataType t) {
 
 // --- implicit GEMM -------------------------------------------------------------
 
+// Calls body(n0, nc) for chunks [n0, n0 + nc) of `chunk` of the n images;
+// once, with nc = 0, where there are none (the filter gradient then zeroes
+// its parts).
+template <typename Body>
+ffi::Error for_each_image_chunk(int64_t n, int64_t chunk, Body body) {
+  chunk = std::max<int64_t>(chunk, 1);
+  int64_t n0 = 0;
+  do {
+    if (auto err = body(n0, std::min(chunk, n - n0)); err.failure()) return err;
+    n0 += chunk;
+  } while (n0 < n);
+  return ffi::Error::Success();
+}
+
+// Images [n0, n0 + nc) of a channels-first image of c channels and `size`
+// positions of elem_bytes each, made channels-last at dst.
+ffi::Error chunk_to_channels_last(const void* image, int64_t n0, int64_t nc, int64_t c,
+                                  int64_t size, size_t elem_bytes, void* dst,
+                                  cudaStream_t stream) {
+  return cuda_error(image_to_channels_last(static_cast<const char*>(image) +
+                                               n0 * c * size * elem_bytes,
+                                           dst, elem_bytes, nc, c, size, stream),
+                    "channels-last copy");
+}
+
 // The input gradient has at most this many phases (gradient_phase): strides
 // whose product is larger take im2col + GEMM. Mirrored by _MAX_PHASES in
 // jax_im2col/_conv_primitives.py.
@@ -372,14 +397,10 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const std::vector<Impli
   const int64_t N = s.image.n, splits = a.chunk_positions;
   const size_t e = ffi::ByteWidth(in), eo = ffi::ByteWidth(out_type);
   const int64_t in_size = passes.front().g.in_size;
-  for (int64_t n0 = 0; n0 < N; n0 += s.cl ? N : a.chunk_images) {
-    const int64_t nc = s.cl ? N : std::min(a.chunk_images, N - n0);
+  return for_each_image_chunk(N, s.cl ? N : a.chunk_images, [&](int64_t n0, int64_t nc) {
     const void* x = image;
     if (!s.cl) {
-      if (auto err = cuda_error(image_to_channels_last(static_cast<const char*>(image) +
-                                                           n0 * c_in * in_size * e,
-                                                       chunk, e, nc, c_in, in_size, stream),
-                                "channels-last copy");
+      if (auto err = chunk_to_channels_last(image, n0, nc, c_in, in_size, e, chunk, stream);
           err.failure())
         return err;
       x = chunk;
@@ -394,8 +415,8 @@ ffi::Error implicit_run(const void* image, int64_t c_in, const std::vector<Impli
           err.failure())
         return err;
     }
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 // image_channels, out_channels, out_size: those of the implicit GEMM's
@@ -500,33 +521,24 @@ ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& d
   char* ws = static_cast<char*>(workspace.untyped_data());
   ImplicitFilterGradient p{x.untyped_data(), dy.untyped_data(), N, C, s.O, s.G,
                            splits, reinterpret_cast<float*>(ws + plan.partials), false};
-  if (s.cl) {
-    if (auto err = cuda_error(implicit_filter_gradient(p, s.g, in, stream), "implicit GEMM");
-        err.failure())
-      return err;
-  }
-  for (int64_t n0 = 0; !s.cl && n0 < N; n0 += images) {
-    const int64_t nc = std::min(images, N - n0);
-    if (auto err = cuda_error(
-            image_to_channels_last(static_cast<const char*>(x.untyped_data()) + n0 * C * s.g.in_size * e,
-                                   ws + plan.image, e, nc, C, s.g.in_size, stream),
-            "channels-last copy");
-        err.failure())
-      return err;
-    if (auto err = cuda_error(
-            image_to_channels_last(static_cast<const char*>(dy.untyped_data()) + n0 * s.O * L * e,
-                                   ws + plan.gradient, e, nc, s.O, L, stream),
-            "channels-last copy");
-        err.failure())
-      return err;
-    p.x = ws + plan.image;
-    p.dy = ws + plan.gradient;
+  auto chunk = [&](int64_t n0, int64_t nc) -> ffi::Error {
+    if (!s.cl) {
+      if (auto err = chunk_to_channels_last(x.untyped_data(), n0, nc, C, s.g.in_size, e,
+                                            ws + plan.image, stream);
+          err.failure())
+        return err;
+      if (auto err = chunk_to_channels_last(dy.untyped_data(), n0, nc, s.O, L, e,
+                                            ws + plan.gradient, stream);
+          err.failure())
+        return err;
+      p.x = ws + plan.image;
+      p.dy = ws + plan.gradient;
+    }
     p.n = nc;
     p.accumulate = n0 > 0;
-    if (auto err = cuda_error(implicit_filter_gradient(p, s.g, in, stream), "implicit GEMM");
-        err.failure())
-      return err;
-  }
+    return cuda_error(implicit_filter_gradient(p, s.g, in, stream), "implicit GEMM");
+  };
+  if (auto err = for_each_image_chunk(N, images, chunk); err.failure()) return err;
   return cuda_error(implicit_filter_finish(p.partials, dw.untyped_data(), dw.element_type(), s.O,
                                            s.Cg, K, splits, s.cl, stream),
                     "filter gradient sum");

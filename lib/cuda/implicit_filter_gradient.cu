@@ -526,16 +526,12 @@ cudaError_t launch_for(const FilterParams& p, int64_t groups, cudaStream_t strea
 
 bool implicit_filter_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
                              int64_t og, int64_t groups, int64_t positions) {
-  using xla::ffi::DataType;
-  const bool half = in == DataType::F16 || in == DataType::BF16;
-  if (!(half || (in == DataType::F32 && tf32))) return false;
-  const int64_t vec = half ? 8 : 4;
-  constexpr int64_t k32 = int64_t{1} << 31;
-  return !g.any_lhs_dilation && cg > 0 && og > 0 && cg % vec == 0 && og % vec == 0 &&
-         groups >= 1 && groups <= 65535 && g.nd >= 1 && g.nd <= 3 &&
-         positions <= kMaxFilterPositions &&
-         cg * g.kernel_size < k32 && cg * groups < k32 && og * groups < k32 &&
-         og / 64 < 65535;
+  // The forward's conditions on x's channels (implicit_applies), and the same
+  // vectors of dy's.
+  if (!implicit_applies(in, tf32, g, cg, groups)) return false;
+  const int64_t vec = 16 / static_cast<int64_t>(xla::ffi::ByteWidth(in));
+  return og > 0 && og % vec == 0 && og * groups < (int64_t{1} << 31) && og / 64 < 65535 &&
+         positions <= kMaxFilterPositions;
 }
 
 cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geometry& g,
