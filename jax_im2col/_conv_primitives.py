@@ -349,9 +349,12 @@ def implicit_pass_extent(spec, out_spatial, *, input_gradient=False):
   """(output positions per image, taps) of the implicit GEMM's largest pass
   (implicit_passes in lib/cuda/conv.cu): the forward's own, or the largest
   phase of the input gradient that some tap reaches (0 positions where none
-  does: the input gradient is all zeros). out_spatial: the spatial extents of
-  the image the call writes."""
+  does: the input gradient is all zeros; or with lhs dilation, which no
+  implicit GEMM takes). out_spatial: the spatial extents of the image the call
+  writes."""
   w = spec.window
+  if any(d != 1 for d in w.lhs_dilation):
+    return 0, 0
   if not input_gradient:
     return int(np.prod(out_spatial, dtype=np.int64)), w.kernel_size
   passes = [ph for ph in gradient_phases(w, out_spatial) if ph.window is not None and all(ph.positions)]
@@ -486,8 +489,10 @@ def _images_per_chunk(n, per_image_bytes, limit):
   return max(1, min(n, limit // max(1, per_image_bytes)))
 
 
-def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input_gradient=False):
+def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, extent, pack,
+                   input_gradient=False):
   """image_aval / out_aval: the image the kernel reads and the one it writes;
+  extent: implicit_pass_extent's (positions, taps) of the call;
   channels-first input is made channels-last in chunks of images under the
   workspace cap. The filter goes into the kernel's row layout in the
   workspace (pack times its size; the input gradient's phases partition its
@@ -505,8 +510,7 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, pack, input
     images = _images_per_chunk(n, per_image, spec.workspace_limit)
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
-  positions, taps = implicit_pass_extent(spec, _unfold.image_spatial(out_aval.shape, cl),
-                                         input_gradient=input_gradient)
+  positions, taps = extent
   m = images * positions
   groups = spec.groups // pack
   splits = 1 if m == 0 else implicit_splits(
@@ -638,10 +642,11 @@ def _direct_call(target, ctx, a, b, spec):
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, xa, ya)
-  pack = _implicit_pack(spec, xa.dtype, c, o, positions=_positions(ya, spec), images=xa.shape[0])
+  extent = implicit_pass_extent(spec, _unfold.image_spatial(ya.shape, spec.channels_last))
+  pack = _implicit_pack(spec, xa.dtype, c, o, positions=extent[0], images=xa.shape[0])
   if pack:
     return _implicit_call(_ffi.CONV_FORWARD, ctx, x, w, spec, image_aval=xa, out_aval=ya,
-                          pack=pack)
+                          extent=extent, pack=pack)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
   item = np.dtype(xa.dtype).itemsize
@@ -654,14 +659,12 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
-  positions = 0  # lhs dilation: no implicit GEMM applies
-  if all(d == 1 for d in spec.window.lhs_dilation):
-    positions, _ = implicit_pass_extent(spec, in_spatial, input_gradient=True)
-  pack = _implicit_pack(spec, dya.dtype, c, o, positions=positions, images=dya.shape[0],
+  extent = implicit_pass_extent(spec, in_spatial, input_gradient=True)
+  pack = _implicit_pack(spec, dya.dtype, c, o, positions=extent[0], images=dya.shape[0],
                         input_gradient=True)
   if pack:
     return _implicit_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec, image_aval=dya,
-                          out_aval=dxa, pack=pack, input_gradient=True)
+                          out_aval=dxa, extent=extent, pack=pack, input_gradient=True)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     return _direct_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   dtype = np.dtype(dya.dtype)

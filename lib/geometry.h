@@ -133,12 +133,10 @@ inline bool transposed_geometry(const Geometry& g, Geometry* t) {
 // dimension, so the sub-filters together are the filter.
 struct GradientPhase {
   Geometry g;  // the stride-1 convolution of dy (in = the forward's out)
-  // Its output position j lands on input position first + step * j.
+  // Its output position j lands on input position first + stride * j.
   int64_t first[kMaxSpatial] = {0, 0, 0};
-  int64_t step[kMaxSpatial] = {1, 1, 1};
-  // Its tap u is the forward's tap tap_first - tap_step * u.
+  // Its tap u is the forward's tap tap_first - tap_step * u (Geometry::tap_step).
   int64_t tap_first[kMaxSpatial] = {0, 0, 0};
-  int64_t tap_step[kMaxSpatial] = {1, 1, 1};
   bool has_positions = true;  // some input position lies in the phase
   bool has_taps = true;       // some tap reaches it (else its gradient is 0)
 };
@@ -171,9 +169,7 @@ inline bool gradient_phase(const Geometry& g, int64_t index, GradientPhase* phas
     const int64_t D = g.out_step[d], span = (taps > 0 ? taps - 1 : 0) * D;
     const int64_t c = (r + g.pad_lo[d] - k0 * rd) / s;  // exact
     ph.first[d] = r;
-    ph.step[d] = s;
     ph.tap_first[d] = k0 + g.tap_step[d] * (taps > 0 ? taps - 1 : 0);
-    ph.tap_step[d] = g.tap_step[d];
     ph.g.in[d] = g.out[d];
     ph.g.kernel[d] = taps > 0 ? taps : 1;
     ph.g.rhs_dilation[d] = D;

@@ -377,7 +377,7 @@ ffi::Error implicit_passes(const ConvShapes& s, bool input_gradient,
     for (int d = 0; d < s.g.nd; ++d) {
       at.extent[d] = s.g.in[d];
       at.first[d] = ph.first[d];
-      at.step[d] = ph.step[d];
+      at.step[d] = s.g.stride[d];
     }
     passes->push_back({ph.g, nullptr, at});
     taps->push_back(phase_taps(s.g, ph));

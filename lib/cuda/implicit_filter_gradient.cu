@@ -94,7 +94,7 @@ struct FilterLoader {
   const T* x;   // this thread's channel in the group
   int a_row0, a_at, b_row0, b_at, b_chunk, a_chunk;
   bool a_valid, b_valid;
-  int32_t dd, dh, dw;  // the thread's tap displacement
+  int32_t disp[3];  // the thread's tap displacement, less the padding
   int32_t m_begin, m_end;
 
   __device__ __forceinline__ FilterLoader(const FilterParams& params, int group, int split,
@@ -112,11 +112,9 @@ struct FilterLoader {
     dy = reinterpret_cast<const T*>(p.dy) + static_cast<int64_t>(group) * p.Og + o;
     const int32_t kk = kk0 + tb / kChunks * E + b_chunk * VEC;
     b_valid = kk < p.Kg;
-    int32_t ch, disp[3];
+    int32_t ch;
     tap_of(p, b_valid ? kk : 0, ch, disp);
-    dd = disp[0] - p.pad[0];
-    dh = disp[1] - p.pad[1];
-    dw = disp[2] - p.pad[2];
+    for (int d = 0; d < 3; ++d) disp[d] -= p.pad[d];
     x = reinterpret_cast<const T*>(p.x) + static_cast<int64_t>(group) * p.Cg + ch;
     const Part part(p, split);
     m_begin = part.begin;
@@ -156,15 +154,8 @@ struct FilterLoader {
     for (int i = 0; i < BP / B_RPP; ++i) {
       const int r = b_row0 + B_RPP * i;
       const int4 o = origins[r];
-      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
-      const bool valid = b_valid && o.w >= 0 &&
-                         static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
-                         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
-                         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
-      const uint32_t spatial =
-          (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
-          static_cast<uint32_t>(zw);
-      const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
+      int64_t pixel;
+      const bool valid = pixel_at(p, o, disp, pixel) && b_valid && o.w >= 0;
       copy_async(shared_address(b + (b_at + r) * kChunks + stored_chunk<T>(r, b_chunk)),
                  valid ? static_cast<const void*>(x + pixel * p.C) : p.x, valid);
     }

@@ -162,11 +162,7 @@ cudaError_t launch(const Passes& ps, int64_t groups, cudaStream_t stream) {
 template <typename T, typename TY>
 cudaError_t launch_sm80(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream) {
   const int64_t want = 2 * static_cast<int64_t>(multiprocessors), og = ps.pass[0].Og;
-  auto blocks = [&](int64_t bm, int64_t bn) {
-    int64_t tiles = 0;
-    for (int i = 0; i < ps.count; ++i) tiles += (ps.pass[i].m_total + bm - 1) / bm;
-    return tiles * ((og + bn - 1) / bn) * groups;
-  };
+  auto blocks = [&](int64_t bm, int64_t bn) { return ps.tiles(bm) * ((og + bn - 1) / bn) * groups; };
   if (ps.pass[0].splits > 1) return launch<T, TY, 128, 64, 2, 2, 3, 3>(ps, groups, stream);
   // Warp tiles of 64 x 64 (32 x 32 for the smallest) keep ldmatrix traffic
   // below what the shared memory delivers: 2 mma per 16 bytes read.

@@ -62,7 +62,7 @@ inline size_t implicit_partials_bytes(int64_t splits, int64_t n, int64_t out_siz
 // Whether implicit_conv takes a convolution of this geometry whose input
 // image has `cg` channels per group: float16 / bfloat16, or float32 as TF32;
 // channel runs of whole 16-byte vectors; no lhs dilation; at most 65535
-// groups; at most 2**31 - 1 positions of y per image. Mirrored by _implicit() in jax_im2col/_conv_primitives.py.
+// groups. Mirrored by _implicit() in jax_im2col/_conv_primitives.py.
 bool implicit_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t cg,
                       int64_t groups);
 

@@ -308,11 +308,7 @@ cudaError_t launch_sm90(const Passes& ps, int64_t groups, int multiprocessors, c
 #else
   const int64_t og = ps.pass[0].Og;
   const bool split = ps.pass[0].splits > 1;
-  auto blocks = [&](int64_t bm, int64_t bn) {
-    int64_t tiles = 0;
-    for (int i = 0; i < ps.count; ++i) tiles += (ps.pass[i].m_total + bm - 1) / bm;
-    return tiles * ((og + bn - 1) / bn) * groups;
-  };
+  auto blocks = [&](int64_t bm, int64_t bn) { return ps.tiles(bm) * ((og + bn - 1) / bn) * groups; };
   const int64_t want = multiprocessors;
   if (tma_applies<T>(ps)) {
     cudaError_t e;

@@ -70,10 +70,11 @@ struct Passes {
   int32_t tiles_end[kMaxPasses];  // set by launch_tiles for its BM
   int32_t count;
 
-  int64_t m_total() const {
-    int64_t m = 0;
-    for (int i = 0; i < count; ++i) m += pass[i].m_total;
-    return m;
+  // BM-row tiles of all passes.
+  int64_t tiles(int64_t bm) const {
+    int64_t t = 0;
+    for (int i = 0; i < count; ++i) t += (pass[i].m_total + bm - 1) / bm;
+    return t;
   }
 };
 
@@ -108,12 +109,12 @@ cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
 template <typename Kernel, typename... Args>
 cudaError_t launch_tiles(Kernel kernel, Passes ps, int64_t groups, int bm, int bn, int threads,
                          int bytes, cudaStream_t stream, const Args&... args) {
-  int64_t tiles = 0;
-  for (int i = 0; i < ps.count; ++i) {
-    tiles += (ps.pass[i].m_total + bm - 1) / bm;
-    ps.tiles_end[i] = static_cast<int32_t>(tiles);
-  }
+  const int64_t tiles = ps.tiles(bm);
   if (tiles >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
+  for (int i = 0, end = 0; i < ps.count; ++i) {
+    end += static_cast<int32_t>((ps.pass[i].m_total + bm - 1) / bm);
+    ps.tiles_end[i] = end;
+  }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((ps.pass[0].Og + bn - 1) / bn),
                   static_cast<unsigned>(groups * ps.pass[0].splits));
   return launch_with_shared(kernel, grid, threads, bytes, stream, ps, args...);
@@ -181,6 +182,22 @@ __device__ __forceinline__ void tap_of(const P& p, int32_t kk, int32_t& c, int32
   disp[0] = kd * p.dilation[0];
   disp[1] = kh * p.dilation[1];
   disp[2] = kw * p.dilation[2];
+}
+
+// The pixel (image * in_size + spatial position) that window origin o (per
+// dimension, and the image in o.w) displaced by disp reads, and whether it
+// lies inside the image (no padding).
+template <typename P>
+__device__ __forceinline__ bool pixel_at(const P& p, int4 o, const int32_t (&disp)[3],
+                                         int64_t& pixel) {
+  const int32_t zd = o.x + disp[0], zh = o.y + disp[1], zw = o.z + disp[2];
+  const uint32_t spatial =
+      (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
+      static_cast<uint32_t>(zw);
+  pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
+  return static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
+         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
+         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -259,23 +276,13 @@ struct TileLoader {
   __device__ __forceinline__ void load(uint4* a, uint4* b, int kt) const {
     const int32_t kk = (k_begin + kt) * BKE + chunk * VEC;
     const bool k_valid = kk < p.Kg;
-    int32_t tap, ch, rest, kd, kh, kw;
-    p.cg_div.divmod(kk, tap, ch);
-    p.kernel_w.divmod(tap, rest, kw);
-    p.kernel_h.divmod(rest, kd, kh);
-    const int32_t dd = kd * p.dilation[0], dh = kh * p.dilation[1], dw = kw * p.dilation[2];
+    int32_t ch, disp[3];
+    tap_of(p, kk, ch, disp);
 #pragma unroll
     for (int i = 0; i < BM / ROWS_PER_PASS; ++i) {
       const int r = row0 + ROWS_PER_PASS * i;
-      const int4 o = origins[r];
-      const int32_t zd = o.x + dd, zh = o.y + dh, zw = o.z + dw;
-      const bool valid = k_valid && static_cast<uint32_t>(zd) < static_cast<uint32_t>(p.in[0]) &&
-                         static_cast<uint32_t>(zh) < static_cast<uint32_t>(p.in[1]) &&
-                         static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
-      const uint32_t spatial =
-          (static_cast<uint32_t>(zd) * p.in[1] + static_cast<uint32_t>(zh)) * p.in[2] +
-          static_cast<uint32_t>(zw);
-      const int64_t pixel = static_cast<int64_t>(o.w) * p.in_size + spatial;
+      int64_t pixel;
+      const bool valid = pixel_at(p, origins[r], disp, pixel) && k_valid;
       copy_async(shared_address(a + r * kChunks + stored_chunk),
                  valid ? static_cast<const void*>(x + pixel * p.C + ch) : p.x, valid);
     }

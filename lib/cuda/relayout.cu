@@ -138,7 +138,7 @@ TapMap phase_taps(const Geometry& g, const GradientPhase& phase) {
     m.kernel[d] = phase.g.kernel[d];
     m.w_kernel[d] = g.kernel[d];
     m.first[d] = phase.tap_first[d];
-    m.step[d] = -phase.tap_step[d];
+    m.step[d] = -g.tap_step[d];
   }
   return m;
 }
