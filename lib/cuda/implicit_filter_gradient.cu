@@ -307,26 +307,18 @@ filter_gradient_kernel(const FilterParams p) {
   for (int s = 0; s < STAGES; ++s)
     if (s < k_tiles) loader.prepare(origins + s * BP, s);
   __syncthreads();
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, origins + s * BP, s);
-    commit_copies();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    wait_copies<STAGES - 2>();
-    __syncthreads();  // k-tile kt has landed for all; k-tile kt - 1's buffer is free
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) {
-      const int s = next % STAGES;
-      loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, origins + s * BP, next);
-    }
-    commit_copies();
-    // Slot kt % STAGES: k-tile kt's copies were issued long ago.
-    if (kt + STAGES < k_tiles) loader.prepare(origins + (kt % STAGES) * BP, kt + STAGES);
-    multiply_tile<T, BP>(acc, a_tiles + (kt % STAGES) * A_TILE,
-                                b_tiles + (kt % STAGES) * B_TILE, warp_o * WTO, warp_k * WTK);
-  }
-  wait_copies<0>();
+  cp_async_ring<STAGES>(
+      k_tiles,
+      [&](int kt, int s) {
+        loader.load(a_tiles + s * A_TILE, b_tiles + s * B_TILE, origins + s * BP, kt);
+      },
+      [&](int kt) {  // slot kt % STAGES: k-tile kt's copies were issued long ago
+        if (kt + STAGES < k_tiles) loader.prepare(origins + (kt % STAGES) * BP, kt + STAGES);
+      },
+      [&](int s) {
+        multiply_tile<T, BP>(acc, a_tiles + s * A_TILE, b_tiles + s * B_TILE, warp_o * WTO,
+                             warp_k * WTK);
+      });
   store_part(p, acc, group, split, o0 + warp_o * WTO, kk0 + warp_k * WTK);
 #endif
 }

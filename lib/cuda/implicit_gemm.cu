@@ -73,22 +73,12 @@ implicit_conv_kernel(const __grid_constant__ Passes ps) {
   const int b_row = warp_n * WTN + (lane & 7) + (lane >> 4) * 8;
   const int b_half = (lane >> 3) & 1;
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) loader.load(a_tiles + s * BM * kChunks, b_tiles + s * BN * kChunks, s);
-    commit_copies();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    wait_copies<STAGES - 2>();
-    __syncthreads();  // k-tile kt has landed for all; k-tile kt - 1's buffer is free
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) {
-      const int s = next % STAGES;
-      loader.load(a_tiles + s * BM * kChunks, b_tiles + s * BN * kChunks, next);
-    }
-    commit_copies();
-    const uint4* a = a_tiles + (kt % STAGES) * BM * kChunks;
-    const uint4* b = b_tiles + (kt % STAGES) * BN * kChunks;
+  auto load = [&](int kt, int s) {
+    loader.load(a_tiles + s * BM * kChunks, b_tiles + s * BN * kChunks, kt);
+  };
+  auto multiply = [&](int s) {
+    const uint4* a = a_tiles + s * BM * kChunks;
+    const uint4* b = b_tiles + s * BN * kChunks;
 #pragma unroll
     for (int ks = 0; ks < kChunks / 2; ++ks) {
       uint32_t af[MT][4], bf[NT][2];
@@ -109,8 +99,8 @@ implicit_conv_kernel(const __grid_constant__ Passes ps) {
       }
       multiply_fragments<T>(acc, af, bf);
     }
-  }
-  wait_copies<0>();
+  };
+  cp_async_ring<STAGES>(k_tiles, load, [](int) {}, multiply);
 
 #pragma unroll
   for (int i = 0; i < MT; ++i)

@@ -215,6 +215,32 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
 }
 
+// The cp.async ring of the mma.sync kernels: k-tile kt's copies (load(kt,
+// slot), slot = kt % STAGES) are issued STAGES - 1 k-tiles ahead of its
+// multiply (multiply(slot)). The barrier at the top of each iteration makes
+// k-tile kt visible to all and frees the slot of kt - 1 for the next copies;
+// issued(kt) runs once k-tile kt + STAGES - 1's copies are issued, before kt
+// is multiplied.
+template <int STAGES, typename Load, typename Issued, typename Multiply>
+__device__ __forceinline__ void cp_async_ring(int k_tiles, Load load, Issued issued,
+                                              Multiply multiply) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    commit_copies();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    wait_copies<STAGES - 2>();
+    __syncthreads();
+    const int next = kt + STAGES - 1;
+    if (next < k_tiles) load(next, next % STAGES);
+    commit_copies();
+    issued(kt);
+    multiply(kt % STAGES);
+  }
+  wait_copies<0>();
+}
+
 // Bytes of shared memory besides the tiles: each row's window origin and
 // position.
 template <int BM>
