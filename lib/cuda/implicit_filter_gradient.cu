@@ -265,16 +265,6 @@ __device__ __forceinline__ void store_part(const FilterParams& p, const float (&
     }
 }
 
-template <int MT, int NT>
-__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
-}
-
 // grid: (kk tiles, o tiles, groups * splits).
 template <typename T, int BO, int BKK, int BP, int WARPS_O, int WARPS_K, int STAGES, int MIN_BLOCKS>
 __global__ void __launch_bounds__(32 * WARPS_O * WARPS_K, MIN_BLOCKS)

@@ -57,12 +57,7 @@ implicit_conv_kernel(const __grid_constant__ Passes ps) {
   const int k_tiles = loader.k_tiles;
 
   float acc[MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+  zero(acc);
 
   // ldmatrix: lane l gives the address of row l % 8 of matrix l / 8. A's four
   // matrices are (rows 0-7, 8-15) x (words 0-3, 4-7) of a 16-row tile; B's are

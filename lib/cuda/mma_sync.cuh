@@ -63,6 +63,17 @@ struct Mma<float> {
   }
 };
 
+// Accumulators of MT x NT m16n8 tiles set to zero.
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+}
+
 // acc[i][j] += af[i] * bf[j] over a warp's MT x NT mma tiles (float32
 // operands rounded to TF32 first).
 template <typename T, int MT, int NT>
