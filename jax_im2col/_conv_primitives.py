@@ -681,6 +681,11 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 #   lib/cuda/tile.cuh); its slices span at most that many positions (one tile
 #   band where it fits), so that each thread sums many positions before the
 #   reduction.
+# - "depthwise_cl" (2-D, channels-last: depthwise_filter_cl_tile_kernel)
+#   takes a slice and a few channels per block, in tiles of its rows staged in
+#   shared memory: slices of about _DEPTHWISE_CL_POSITIONS positions, rows
+#   spread evenly over an image's slices (each slice's last tile is as full
+#   as the others).
 # - "grouped" (grouped_conv.cu) takes one slice and one group per block:
 #   slices of about _GROUPED_POSITIONS positions, fewer where the partial sums
 #   would pass _GROUPED_PARTIALS elements.
@@ -689,6 +694,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 #   enough partial sums to stay a small part of the traffic.
 _DIRECT_FILTER_PAIRS = 1 << 17
 _TILE_POSITIONS = 2048
+_DEPTHWISE_CL_POSITIONS = 512
 _GROUPED_POSITIONS = 512
 _GROUPED_PARTIALS = 1 << 24
 
@@ -700,6 +706,9 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
   rest = int(np.prod(out_spatial[1:], dtype=np.int64))
   if kind == "depthwise_cf":
     rows = max(1, min(out0, _TILE_POSITIONS // rest))
+  elif kind == "depthwise_cl":
+    rows = max(1, min(out0, _DEPTHWISE_CL_POSITIONS // rest))
+    rows = -(-out0 // -(-out0 // rows))
   elif kind == "grouped":
     rows = max(1, min(out0, _GROUPED_POSITIONS // rest))
     per_image_cap = max(1, _GROUPED_PARTIALS // max(1, n * o * taps))
@@ -713,6 +722,8 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
 def _filter_kind(spec, c, o):
   if _depthwise(spec, c, o) and not spec.channels_last:
     return "depthwise_cf"  # depthwise_filter_cf in lib/cuda/direct_filter.cu
+  if _depthwise(spec, c, o) and spec.window.nd == 2:
+    return "depthwise_cl"  # depthwise_filter_cl_tiled in lib/cuda/direct_filter.cu
   return "grouped" if _grouped(spec, c, o) else "scalar"
 
 

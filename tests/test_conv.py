@@ -197,7 +197,7 @@ def test_every_layout_every_rank(platform, nd, layout):
 
 
 # Depthwise convolutions large enough to span several shared-memory tiles and
-# bands (channels-first) or several vector units of channels (channels-last),
+# bands (channels-first) or several tiles and channel slices (channels-last),
 # and small enough to use the warp-sized bands: the depthwise CUDA kernels.
 DEPTHWISE_CASES = {
     "2d-56-s1": dict(nd=2, c=16, spatial=(56, 56), kernel=(3, 3), strides=(1, 1),
@@ -210,6 +210,14 @@ DEPTHWISE_CASES = {
                     padding=((3, 3),), rhs_dilation=(1,)),
     "3d": dict(nd=3, c=8, spatial=(6, 20, 17), kernel=(3, 3, 3), strides=(1, 2, 1),
                padding="SAME", rhs_dilation=(1, 1, 1)),
+    # Several channel slices of the channels-last tiles, partial tiles on
+    # both edges, a stride and a dilation on different dimensions.
+    "2d-48ch-s12-dil21": dict(nd=2, c=48, spatial=(19, 70), kernel=(3, 5), strides=(1, 2),
+                              padding=((2, 1), (0, 3)), rhs_dilation=(2, 1)),
+    # Unit strides in 3-D: the tiled kernel for the forward and the input
+    # gradient, looping over depth taps (some in the padding).
+    "3d-s1": dict(nd=3, c=16, spatial=(5, 9, 11), kernel=(3, 3, 3), strides=(1, 1, 1),
+                  padding="SAME", rhs_dilation=(1, 2, 1)),
 }
 
 
@@ -256,9 +264,9 @@ def check_vjp_against_lax(cfg, seed, dtype):
 # attribute values of jax_im2col._conv_primitives.
 SLICINGS = {
     # One slice per image: several bands per slice, whole-block reductions.
-    "whole-image": dict(_TILE_POSITIONS=1 << 40, _DIRECT_FILTER_PAIRS=1),
+    "whole-image": dict(_TILE_POSITIONS=1 << 40, _DEPTHWISE_CL_POSITIONS=1 << 40, _DIRECT_FILTER_PAIRS=1),
     # One output row per slice: warp-sized reductions, many partial sums.
-    "one-row": dict(_TILE_POSITIONS=1, _DIRECT_FILTER_PAIRS=1 << 40),
+    "one-row": dict(_TILE_POSITIONS=1, _DEPTHWISE_CL_POSITIONS=1, _DIRECT_FILTER_PAIRS=1 << 40),
 }
 
 
@@ -274,8 +282,8 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
   for attr, value in SLICINGS[slicing].items():
     monkeypatch.setattr(_conv_primitives, attr, value)
   rows = {"whole-image": 56, "one-row": 1}[slicing]
-  kind = "depthwise_cf" if layout == "cf" else "scalar"
-  assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
+  for kind in ("depthwise_cf", "depthwise_cl", "scalar"):
+    assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
   check_vjp_on_gpu_afresh(depthwise_config(name, layout), 2, dtype)
 
 
@@ -346,9 +354,9 @@ def test_grouped_against_lax(platform, layout, dtype, name):
 def test_grouped_algorithm_choice():
   """Which convolutions the CUDA lowering sends to the grouped kernels: the
   direct algorithm, and the grouped slicing of the filter gradient."""
-  def spec(groups, channels_last=False):  # the fields the choice reads, a 3x3 kernel
+  def spec(groups, channels_last=False, nd=2):  # the fields the choice reads, a 3x3 kernel
     return types.SimpleNamespace(groups=groups, channels_last=channels_last,
-                                 window=types.SimpleNamespace(kernel_size=9))
+                                 window=types.SimpleNamespace(kernel_size=9, nd=nd))
   direct, gemm = _conv_primitives.ALGORITHM_DIRECT, _conv_primitives.ALGORITHM_GEMM
   assert _conv_primitives._algorithm(spec(4), 64, 64) == direct      # 16 channels per group
   assert _conv_primitives._algorithm(spec(4), 64, 68) == gemm        # 17 output channels per group
@@ -359,7 +367,13 @@ def test_grouped_algorithm_choice():
   assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped"
   assert _conv_primitives._filter_kind(spec(8, True), 64, 64) == "grouped"
   assert _conv_primitives._filter_kind(spec(64), 64, 64) == "depthwise_cf"
-  assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "scalar"
+  assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "depthwise_cl"
+  assert _conv_primitives._filter_kind(spec(64, True, nd=1), 64, 64) == "scalar"
+  assert _conv_primitives._filter_kind(spec(64, True, nd=3), 64, 64) == "scalar"
+  # The channels-last depthwise slices: about _DEPTHWISE_CL_POSITIONS
+  # positions, an image's rows spread evenly (56 rows: 7 slices of 8, not 9).
+  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (8, 32 * 7)
+  assert _conv_primitives.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
   # lowered for CUDA: every call direct, the filter gradient in slices of
   # _GROUPED_POSITIONS rows.

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "depthwise_tile.cuh"
 #include "device_util.cuh"
 #include "direct_conv.h"
 #include "direct_util.cuh"
@@ -339,6 +340,7 @@ bool depthwise_forward(const T* x, const T* w, TY* y, const Geometry& g, const D
   using A = typename Acc<TY>::type;
   if (!s.depthwise()) return false;
   if (!s.channels_last) return depthwise_cf<ND>(x, w, y, g, s, false, stream);
+  if (depthwise_cl_tiled<ND>(x, w, y, g, s.n, s.c, false, stream)) return true;
   constexpr int V = 16 / sizeof(T);
   // Runs take 4 channels per thread in every type (8-byte loads for half
   // types): 8 channels of a run took 128 registers and measured no faster.
@@ -409,16 +411,21 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
       using T = decltype(tag);
       using A = typename Acc<T>::type;
       constexpr int V = 16 / sizeof(T);
+      const T* dyt = static_cast<const T*>(dy);
+      const T* wt = static_cast<const T*>(w);
+      T* dxt = static_cast<T*>(dx);
+      // Unit strides: the tiled forward kernel on the transposed geometry.
+      Geometry t;
+      if (s.channels_last && s.depthwise() && transposed_geometry(g, &t) &&
+          depthwise_cl_tiled<ND>(dyt, wt, dxt, t, s.n, s.c, true, stream))
+        return cudaGetLastError();
       const size_t smem = staged_weights_bytes<A>(g, s.c);
       if (s.channels_last && s.depthwise() && s.c % V == 0 && smem <= 48 * 1024 &&
           aligned_to(dy, 16) && aligned_to(dx, 16)) {
         const unsigned blocks = std::min(blocks_for(s.n * g.in_size * (s.c / V)), 4096u);
-        depthwise_backward_data_cl_kernel<ND, T, V><<<blocks, kThreads, smem, stream>>>(
-            static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s.n, s.c);
-      } else if (s.channels_last || !depthwise_backward_data_cf<ND>(static_cast<const T*>(dy), static_cast<const T*>(w),
-                                                                    static_cast<T*>(dx), g, s, stream)) {
-        backward_data_kernel<ND, T><<<blocks_for(total), kThreads, 0, stream>>>(
-            static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s);
+        depthwise_backward_data_cl_kernel<ND, T, V><<<blocks, kThreads, smem, stream>>>(dyt, wt, dxt, g, s.n, s.c);
+      } else if (s.channels_last || !depthwise_backward_data_cf<ND>(dyt, wt, dxt, g, s, stream)) {
+        backward_data_kernel<ND, T><<<blocks_for(total), kThreads, 0, stream>>>(dyt, wt, dxt, g, s);
       }
       return cudaGetLastError();
     });

@@ -16,6 +16,7 @@
 
 #include <type_traits>
 
+#include "depthwise_tile.cuh"
 #include "device_info.h"
 #include "device_util.cuh"
 #include "direct_conv.h"
@@ -294,6 +295,114 @@ bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partial
   return true;
 }
 
+// --- depthwise, channels-last, 2-D, on tiles ------------------------------------
+
+// Block (slice, channel slice of vb vectors): the slice's positions in tiles
+// of th x tw, each tile's input patch staged in shared memory (stage_patch,
+// as for the tiled forward); dy is read once, from global memory. A thread
+// takes S consecutive channels of the slice (sub-vector sv) and every P-th
+// position of each tile, with its KB x S sums in registers; at the end the
+// block's P rows of threads meet in shared memory, one tap at a time, in a
+// fixed order.
+template <int KB, int S, typename T>
+__global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
+depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                typename Acc<T>::type* __restrict__ partials, Geometry g, int64_t C,
+                                FilterSlices f, DepthwiseTile t) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* patch = reinterpret_cast<T*>(smem);
+  Pack<A, S>* row_sums = reinterpret_cast<Pack<A, S>*>(smem);  // after the last tile
+  __shared__ int32_t taps[KB];  // tap k's element offset in the patch
+  const int64_t slice = blockIdx.x / t.slices;
+  const int32_t cs = static_cast<int32_t>(blockIdx.x % t.slices);
+  const SliceRows r = slice_rows(f, g, slice);
+  const int32_t lanes = t.vb * V, subs = lanes / S, P = kThreads / subs;
+  const int32_t sv = threadIdx.x % subs, pl = threadIdx.x / subs;
+  const int64_t c0 = static_cast<int64_t>(cs) * lanes;
+  const int32_t K = static_cast<int32_t>(g.kernel_size), KW = static_cast<int32_t>(g.kernel[1]);
+  const int32_t sy = static_cast<int32_t>(g.stride[0]), sx = static_cast<int32_t>(g.stride[1]);
+  const int32_t H = static_cast<int32_t>(g.in[0]), W = static_cast<int32_t>(g.in[1]);
+  const int32_t OW = static_cast<int32_t>(g.out[1]);
+  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) {
+    const int32_t ky = kk / KW, kx = kk - ky * KW;
+    taps[kk] = (ky * static_cast<int32_t>(g.rhs_dilation[0]) * t.pw + kx * static_cast<int32_t>(g.rhs_dilation[1])) * lanes;
+  }
+  A acc[KB][S];
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk)
+#pragma unroll
+    for (int s = 0; s < S; ++s) acc[kk][s] = A(0);
+  const T* xn = x + r.n * g.in_size * C + c0;
+  const T* dyn = dy + r.n * g.out_size * C + c0 + sv * S;
+  for (int32_t y0 = r.row_begin; y0 < r.row_end; y0 += t.th) {
+    for (int32_t x0 = 0; x0 < OW; x0 += t.tw) {
+      __syncthreads();  // the previous tile's reads are done (and the taps written)
+      stage_patch(patch, xn, y0 * sy - static_cast<int32_t>(g.pad_lo[0]),
+                  x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb);
+      wait_copies<0>();
+      __syncthreads();
+      const int32_t rows = t.th < r.row_end - y0 ? t.th : r.row_end - y0;
+      const int32_t cols = t.tw < OW - x0 ? t.tw : OW - x0;
+      for (int32_t p = pl; p < rows * cols; p += P) {
+        const int32_t py = p / cols, px = p - py * cols;
+        const Pack<T, S> dp =
+            *reinterpret_cast<const Pack<T, S>*>(dyn + (static_cast<int64_t>(y0 + py) * OW + x0 + px) * C);
+        A d[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) d[s] = static_cast<A>(to_acc(dp.v[s]));
+        const T* base = patch + (py * sy * t.pw + px * sx) * lanes + sv * S;
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk) {
+          if (kk < K) {
+            const Pack<T, S> xv = *reinterpret_cast<const Pack<T, S>*>(base + taps[kk]);
+#pragma unroll
+            for (int s = 0; s < S; ++s) acc[kk][s] += d[s] * static_cast<A>(to_acc(xv.v[s]));
+          }
+        }
+      }
+    }
+  }
+  A* out = partials + (slice * C + c0 + sv * S) * K;
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) {
+    if (kk < K) {
+      __syncthreads();
+#pragma unroll
+      for (int s = 0; s < S; ++s) row_sums[threadIdx.x].v[s] = acc[kk][s];
+      __syncthreads();
+      if (pl == 0) {
+        Pack<A, S> sum = row_sums[sv];
+        for (int32_t q = 1; q < P; ++q) {
+#pragma unroll
+          for (int s = 0; s < S; ++s) sum.v[s] += row_sums[q * subs + sv].v[s];
+        }
+#pragma unroll
+        for (int s = 0; s < S; ++s) out[s * K + kk] = sum.v[s];
+      }
+    }
+  }
+}
+
+template <int KB, typename T>
+bool depthwise_filter_cl_tiled(const T* dy, const T* x, typename Acc<T>::type* partials,
+                               const Geometry& g, const DirectShapes& s, const FilterSlices& f,
+                               cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  // KB * S sums in registers, as for depthwise_filter_cl.
+  constexpr int S = KB > 16 ? 1 : KB > 9 ? 2 : (V < 4 ? V : 4);
+  DepthwiseTile t;
+  if (!plan_depthwise_filter_tile(g, s.c, f.rows, f.count, sizeof(T), &t) || !aligned_to(dy, 16) ||
+      !aligned_to(x, 16))
+    return false;
+  const int64_t smem = std::max<int64_t>(t.patch_bytes, kThreads * S * sizeof(A));
+  depthwise_filter_cl_tile_kernel<KB, S, T><<<static_cast<unsigned>(t.blocks), kThreads, smem, stream>>>(
+      dy, x, partials, g, s.c, f, t);
+  return true;
+}
+
 // --- any groups ------------------------------------------------------------------
 
 // Thread (slice p, output channel o) sums dy[n, o, l] * x[n, c, src(l, k)]
@@ -412,8 +521,9 @@ cudaError_t direct_backward_filter(const void* dy, const void* x, void* dw, void
       A* pt = static_cast<A*>(partials);
       const bool done = grouped || (s.depthwise() && with_tap_bound(g.kernel_size, [&](auto bound) {
         constexpr int KB = decltype(bound)::value;
-        return s.channels_last ? depthwise_filter_cl<KB, ND>(dyt, xt, pt, g, s, f, stream)
-                               : depthwise_filter_cf<KB, ND>(dyt, xt, pt, g, s, f, stream);
+        if (!s.channels_last) return depthwise_filter_cf<KB, ND>(dyt, xt, pt, g, s, f, stream);
+        if (ND == 2 && depthwise_filter_cl_tiled<KB>(dyt, xt, pt, g, s, f, stream)) return true;
+        return depthwise_filter_cl<KB, ND>(dyt, xt, pt, g, s, f, stream);
       }));
       if (!done) {
         const size_t smem = static_cast<size_t>(std::min(taps, kDirectMaxTaps)) * kThreads * sizeof(A);

@@ -200,21 +200,6 @@ __device__ __forceinline__ bool pixel_at(const P& p, int4 o, const int32_t (&dis
          static_cast<uint32_t>(zw) < static_cast<uint32_t>(p.in[2]);
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared memory, or 16 zero bytes when !valid.
-__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
-
 // The cp.async ring of the mma.sync kernels: k-tile kt's copies (load(kt,
 // slot), slot = kt % STAGES) are issued STAGES - 1 k-tiles ahead of its
 // multiply (multiply(slot)). The barrier at the top of each iteration makes

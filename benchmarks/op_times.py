@@ -1,0 +1,76 @@
+"""The forward, input gradient and filter gradient of named shapes (suite or
+cases reported slow), each timed alone, ours beside XLA, in float32 and
+bfloat16, channels-first and channels-last: where a backward's time goes.
+Prints one line per op and writes op_times.json under --out.
+
+  python benchmarks/op_times.py --out DIR --cases mbv2_dw3x3,resnext_g32
+      [--ops fwd,dgrad,wgrad] [--dtypes f32,bf16] [--layouts cf,cl] [--deadline-s 200]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+from jax import lax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=15, budget_s=0.08)
+
+
+def functions(case, layout):
+  kw = bench.conv_kwargs(case, layout)
+  ours = lambda x, w: bench.OURS_CONV(x, w, **kw)
+  xla = lambda x, w: lax.conv_general_dilated(x, w, **kw)
+  return {
+      "fwd": lambda conv: jax.jit(conv),
+      "dgrad": lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g)),
+      "wgrad": lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g)),
+  }, ours, xla
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--out", default=".")
+  parser.add_argument("--cases", required=True, help="comma-separated case names")
+  parser.add_argument("--ops", default="fwd,dgrad,wgrad")
+  parser.add_argument("--dtypes", default="f32,bf16")
+  parser.add_argument("--layouts", default="cf,cl")
+  parser.add_argument("--deadline-s", type=float, default=1e9)
+  args = parser.parse_args()
+  by_name = {c.name: c for c in bench.SUITE + bench.EXTRAS}
+  unknown = [n for n in args.cases.split(",") if n not in by_name]
+  if unknown:
+    parser.error(f"unknown cases {unknown}; known: {sorted(by_name)}")
+  data = bench.Data()
+  rows = []
+  print(f"{'shape':18} {'dtype':5} {'lay':3} {'op':6} {'ours':>9} {'xla':>9} {'ours/xla':>8}", flush=True)
+  for name in args.cases.split(","):
+    case = by_name[name]
+    for dt in args.dtypes.split(","):
+      for layout in args.layouts.split(","):
+        if dt not in case.dtypes or layout not in case.layouts:
+          continue
+        xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
+        wraps, ours, xla = functions(case, layout)
+        for op in args.ops.split(","):
+          if time.perf_counter() - bench.T_START > args.deadline_s:
+            break
+          sets = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])
+          row = dict(shape=name, dtype=dt, layout=layout, op=op,
+                     ours=bench.time_jax(wraps[op](ours), sets, CFG)["ms"],
+                     xla=bench.time_jax(wraps[op](xla), sets, CFG)["ms"])
+          del sets
+          rows.append(row)
+          print(f"{name:18} {dt:5} {layout:3} {op:6} {row['ours']:9.4f} {row['xla']:9.4f} "
+                f"{row['ours'] / row['xla']:8.2f}", flush=True)
+  with open(os.path.join(args.out, "op_times.json"), "w") as f:
+    json.dump(dict(device=str(jax.devices()[0]), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,237 @@
+// Depthwise convolution, channels-last, 2-D and 3-D, without lhs dilation, on
+// shared-memory tiles (the forward, and with `flip` the unit-stride input
+// gradient on transposed_geometry).
+//
+// A block takes th x tw output positions of one output plane (the last two
+// dimensions) and a slice of vb channel vectors of 16 bytes. It stages the
+// slice's weights ([tap][channel], accumulator type) and the input patch under
+// its positions (cp.async, padding as zeros) in shared memory. A thread then
+// takes one vector of one tile column and kRows tile rows: each tap's weights
+// are read once for its kRows outputs, and every input vector comes from
+// shared memory, so global memory sees each input element about once (plus
+// the patch's halo) where the per-position kernels read it once per tap. In
+// 3-D the block loops over the kernel's depth taps, staging the patch of each
+// input plane in turn.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../geometry.h"
+#include "device_util.cuh"
+#include "direct_util.cuh"
+
+namespace im2col::cuda {
+
+constexpr int kDepthwiseRows = 4;  // output rows per thread
+
+struct DepthwiseTile {
+  int32_t vb = 1;                   // 16-byte vectors per slice
+  int32_t slices = 1;               // C / (V * vb)
+  int32_t tw = 1, th = 1;           // output tile: columns, rows (row_groups * kDepthwiseRows)
+  int32_t row_groups = 1;
+  int32_t pw = 1, ph = 1;           // input patch
+  int32_t tiles_x = 1, tiles_y = 1;
+  int64_t patch_bytes = 0, smem = 0, blocks = 0;
+};
+
+// The input patch (rows, columns) under th x tw output positions of the last
+// two dimensions.
+inline void patch_extent(const Geometry& g, int64_t th, int64_t tw, int32_t* ph, int32_t* pw) {
+  const int Y = g.nd - 2, X = g.nd - 1;
+  *pw = static_cast<int32_t>((tw - 1) * g.stride[X] + (g.kernel[X] - 1) * g.rhs_dilation[X] + 1);
+  *ph = static_cast<int32_t>((th - 1) * g.stride[Y] + (g.kernel[Y] - 1) * g.rhs_dilation[Y] + 1);
+}
+
+// The tile of a depthwise channels-last call with C channels of elem_bytes
+// and accumulators of acc_bytes; false where it does not apply (1-D, lhs
+// dilation, channels not a multiple of the vector, a patch or weight table
+// past 48 KB, too many blocks).
+inline bool plan_depthwise_tile(const Geometry& g, int64_t n, int64_t c, size_t elem_bytes,
+                                size_t acc_bytes, DepthwiseTile* out) {
+  const int vector = static_cast<int>(16 / elem_bytes);
+  if (g.nd < 2 || g.any_lhs_dilation || c % vector != 0) return false;
+  const int Y = g.nd - 2, X = g.nd - 1;
+  DepthwiseTile t;
+  const int64_t vectors = c / vector;
+  t.vb = vectors % 4 == 0 ? 4 : vectors % 2 == 0 ? 2 : 1;
+  t.slices = static_cast<int32_t>(vectors / t.vb);
+  t.tiles_x = static_cast<int32_t>((g.out[X] + 31) / 32);
+  t.tw = static_cast<int32_t>((g.out[X] + t.tiles_x - 1) / t.tiles_x);
+  const int64_t rows_needed = (g.out[Y] + kDepthwiseRows - 1) / kDepthwiseRows;
+  t.row_groups = static_cast<int32_t>(std::min<int64_t>(std::max(1, kThreads / (t.vb * t.tw)), rows_needed));
+  const int64_t weight_bytes = g.kernel_size * t.vb * vector * static_cast<int64_t>(acc_bytes);
+  for (;; t.row_groups /= 2) {
+    t.th = t.row_groups * kDepthwiseRows;
+    patch_extent(g, t.th, t.tw, &t.ph, &t.pw);
+    t.patch_bytes = int64_t{16} * t.pw * t.ph * t.vb;
+    t.smem = t.patch_bytes + weight_bytes;
+    if (t.smem <= 48 * 1024) break;
+    if (t.row_groups == 1) return false;
+  }
+  t.tiles_y = static_cast<int32_t>((g.out[Y] + t.th - 1) / t.th);
+  t.blocks = n * (g.nd == 3 ? g.out[0] : 1) * t.tiles_y * t.tiles_x * t.slices;
+  if (t.blocks >= (int64_t{1} << 31)) return false;
+  *out = t;
+  return true;
+}
+
+// Copies (cp.async, without waiting) the ph x pw x `vectors` 16-byte vectors
+// of the patch whose first pixel is (iy0, ix0) of the H x W plane xp (C
+// channels per pixel, starting at the slice's first channel) to `patch`;
+// pixels outside the plane read as zeros.
+template <typename T>
+__device__ __forceinline__ void stage_patch(T* patch, const T* xp, int32_t iy0, int32_t ix0,
+                                            int32_t H, int32_t W, int64_t C, int32_t ph, int32_t pw,
+                                            int32_t vectors) {
+  constexpr int V = 16 / sizeof(T);
+  const int32_t row_vectors = pw * vectors;
+  for (int32_t i = threadIdx.x; i < ph * row_vectors; i += blockDim.x) {
+    const int32_t py = i / row_vectors, rest = i - py * row_vectors;
+    const int32_t px = rest / vectors, v = rest - px * vectors;
+    const int32_t iy = iy0 + py, ix = ix0 + px;
+    const bool valid = static_cast<uint32_t>(iy) < static_cast<uint32_t>(H) &&
+                       static_cast<uint32_t>(ix) < static_cast<uint32_t>(W);
+    const T* src = valid ? xp + (static_cast<int64_t>(iy) * W + ix) * C + v * V : xp;
+    copy_async(shared_address(patch + static_cast<int64_t>(i) * V), src, valid);
+  }
+  commit_copies();
+}
+
+// The tiles of the 2-D channels-last depthwise filter gradient
+// (direct_filter.cu): one block per (slice of `rows` output rows, channel
+// slice), tiles at most `rows` high (th), their patch at most 48 KB.
+inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t rows,
+                                       int64_t slices, size_t elem_bytes, DepthwiseTile* out) {
+  const int vector = static_cast<int>(16 / elem_bytes);
+  if (g.nd != 2 || g.any_lhs_dilation || c % vector != 0) return false;
+  DepthwiseTile t;
+  const int64_t vectors = c / vector;
+  t.vb = vectors % 4 == 0 ? 4 : vectors % 2 == 0 ? 2 : 1;
+  t.slices = static_cast<int32_t>(vectors / t.vb);
+  t.tiles_x = static_cast<int32_t>((g.out[1] + 31) / 32);
+  t.tw = static_cast<int32_t>((g.out[1] + t.tiles_x - 1) / t.tiles_x);
+  for (t.th = static_cast<int32_t>(std::min<int64_t>(rows, 16));; t.th /= 2) {
+    patch_extent(g, t.th, t.tw, &t.ph, &t.pw);
+    t.patch_bytes = int64_t{16} * t.pw * t.ph * t.vb;
+    if (t.patch_bytes <= 48 * 1024) break;
+    if (t.th == 1) return false;
+  }
+  t.blocks = slices * t.slices;
+  if (t.blocks >= (int64_t{1} << 31)) return false;
+  *out = t;
+  return true;
+}
+
+template <int ND, typename T, typename TY>
+__global__ void __launch_bounds__(kThreads)
+depthwise_cl_tile_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
+                         Geometry g, DepthwiseTile t, int64_t C, bool flip) {
+  using A = typename Acc<TY>::type;
+  constexpr int V = 16 / sizeof(T), Y = ND - 2, X = ND - 1, R = kDepthwiseRows;
+  extern __shared__ __align__(16) unsigned char smem[];
+  Pack<T, V>* patch = reinterpret_cast<Pack<T, V>*>(smem);
+  A* weights = reinterpret_cast<A*>(smem + t.patch_bytes);
+
+  // Block: slice fastest, so that neighbouring blocks read neighbouring
+  // channels of the same pixels.
+  int64_t b = blockIdx.x;
+  const int32_t slice = static_cast<int32_t>(b % t.slices);
+  b /= t.slices;
+  const int32_t tx = static_cast<int32_t>(b % t.tiles_x);
+  b /= t.tiles_x;
+  const int32_t ty = static_cast<int32_t>(b % t.tiles_y);
+  b /= t.tiles_y;
+  int32_t oz = 0;
+  if constexpr (ND == 3) {
+    oz = static_cast<int32_t>(b % g.out[0]);
+    b /= g.out[0];
+  }
+  const int64_t n = b;
+
+  const int32_t K = static_cast<int32_t>(g.kernel_size), lanes = t.vb * V;
+  const int64_t c0 = static_cast<int64_t>(slice) * lanes;
+  for (int32_t i = threadIdx.x; i < K * lanes; i += blockDim.x) {
+    const int32_t kk = i / lanes, c = i - kk * lanes;
+    weights[i] = static_cast<A>(to_acc(w[(c0 + c) * K + (flip ? K - 1 - kk : kk)]));
+  }
+
+  const int32_t vb = threadIdx.x % t.vb, col = (threadIdx.x / t.vb) % t.tw,
+                rg = threadIdx.x / (t.vb * t.tw);
+  const bool active = rg < t.row_groups;
+  const int32_t KW = static_cast<int32_t>(g.kernel[X]), KH = static_cast<int32_t>(g.kernel[Y]);
+  const int32_t KD = ND == 3 ? static_cast<int32_t>(g.kernel[0]) : 1;
+  const int32_t sx = static_cast<int32_t>(g.stride[X]), sy = static_cast<int32_t>(g.stride[Y]);
+  const int32_t dx = static_cast<int32_t>(g.rhs_dilation[X]), dy = static_cast<int32_t>(g.rhs_dilation[Y]);
+  const int32_t H = static_cast<int32_t>(g.in[Y]), W = static_cast<int32_t>(g.in[X]);
+  const int32_t iy0 = ty * t.th * sy - static_cast<int32_t>(g.pad_lo[Y]);
+  const int32_t ix0 = tx * t.tw * sx - static_cast<int32_t>(g.pad_lo[X]);
+  const int32_t row_vectors = t.pw * t.vb;
+
+  A acc[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[r][v] = A(0);
+
+  for (int32_t kz = 0; kz < KD; ++kz) {
+    int64_t plane = n;  // (n, input plane) in units of H * W pixels
+    if constexpr (ND == 3) {
+      const int64_t iz = static_cast<int64_t>(oz) * g.stride[0] + kz * g.rhs_dilation[0] - g.pad_lo[0];
+      if (iz < 0 || iz >= g.in[0]) continue;  // the same for the whole block
+      plane = n * g.in[0] + iz;
+    }
+    __syncthreads();  // the previous plane's reads are done
+    stage_patch(patch[0].v, x + plane * H * W * C + c0, iy0, ix0, H, W, C, t.ph, t.pw, t.vb);
+    wait_copies<0>();
+    __syncthreads();
+    if (!active) continue;
+    for (int32_t ky = 0; ky < KH; ++ky) {
+      for (int32_t kx = 0; kx < KW; ++kx) {
+        const A* wk = weights + ((kz * KH + ky) * KW + kx) * lanes + vb * V;
+        A wv[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) wv[v] = wk[v];
+        const Pack<T, V>* src = patch + ((rg * R * sy + ky * dy) * t.pw + col * sx + kx * dx) * t.vb + vb;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const Pack<T, V> p = src[r * sy * row_vectors];
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[r][v] += wv[v] * static_cast<A>(to_acc(p.v[v]));
+        }
+      }
+    }
+  }
+
+  const int32_t ox = tx * t.tw + col;
+  if (!active || ox >= g.out[X]) return;
+  const int64_t out_plane = ND == 3 ? n * g.out[0] + oz : n;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int32_t oy = ty * t.th + rg * R + r;
+    if (oy < g.out[Y])
+      store_channels<V>(y + ((out_plane * g.out[Y] + oy) * g.out[X] + ox) * C + c0 + vb * V, acc[r]);
+  }
+}
+
+// The tiled kernel where it applies (plan_depthwise_tile and aligned
+// operands); false leaves the call to the per-position kernels.
+template <int ND, typename T, typename TY>
+bool depthwise_cl_tiled(const T* x, const T* w, TY* y, const Geometry& g, int64_t n, int64_t c,
+                        bool flip, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  using A = typename Acc<TY>::type;
+  DepthwiseTile t;
+  if constexpr (ND < 2) {
+    return false;
+  } else {
+    if (!plan_depthwise_tile(g, n, c, sizeof(T), sizeof(A), &t) || !aligned_to(x, 16) ||
+        !aligned_to(y, sizeof(TY) * V))
+      return false;
+    depthwise_cl_tile_kernel<ND, T, TY><<<static_cast<unsigned>(t.blocks), kThreads, t.smem, stream>>>(
+        x, w, y, g, t, c, flip);
+    return true;
+  }
+}
+
+}  // namespace im2col::cuda
