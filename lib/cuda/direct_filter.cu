@@ -301,8 +301,9 @@ bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partial
 // of th x tw, each tile's input patch staged in shared memory (stage_patch,
 // as for the tiled forward); dy is read once, from global memory. A thread
 // takes S consecutive channels of the slice (sub-vector sv) and every P-th
-// position of each tile, with its KB x S sums in registers; at the end the
-// block's P rows of threads meet in shared memory, one tap at a time, in a
+// position of each tile, with its KB x S sums in registers. At the end the
+// block's P rows of threads meet in shared memory one tap at a time: each
+// thread sums S rows of one channel, then `lanes` threads sum those in a
 // fixed order.
 template <int KB, int S, typename T>
 __global__ void __launch_bounds__(kThreads, kFilterBlocksPerSM)
@@ -313,10 +314,10 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
   constexpr int V = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
   T* patch = reinterpret_cast<T*>(smem);
-  Pack<A, S>* row_sums = reinterpret_cast<Pack<A, S>*>(smem);  // after the last tile
-  __shared__ int32_t taps[KB];  // tap k's element offset in the patch
-  const int64_t slice = blockIdx.x / t.slices;
-  const int32_t cs = static_cast<int32_t>(blockIdx.x % t.slices);
+  A* row_sums = reinterpret_cast<A*>(smem);  // after the last tile: kThreads * S, then kThreads
+  __shared__ int32_t taps[KB];                // tap k's element offset in the patch
+  int32_t slice, cs;
+  t.by_slices.divmod(static_cast<int32_t>(blockIdx.x), slice, cs);
   const SliceRows r = slice_rows(f, g, slice);
   const int32_t lanes = t.vb * V, subs = lanes / S, P = kThreads / subs;
   const int32_t sv = threadIdx.x % subs, pl = threadIdx.x / subs;
@@ -340,13 +341,19 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
     for (int32_t x0 = 0; x0 < OW; x0 += t.tw) {
       __syncthreads();  // the previous tile's reads are done (and the taps written)
       stage_patch(patch, xn, y0 * sy - static_cast<int32_t>(g.pad_lo[0]),
-                  x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb);
+                  x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb_shift);
       wait_copies<0>();
       __syncthreads();
       const int32_t rows = t.th < r.row_end - y0 ? t.th : r.row_end - y0;
       const int32_t cols = t.tw < OW - x0 ? t.tw : OW - x0;
-      for (int32_t p = pl; p < rows * cols; p += P) {
-        const int32_t py = p / cols, px = p - py * cols;
+      // Position p = py * cols + px of the tile, advanced by P with carries.
+      int32_t py = pl / cols, px = pl - py * cols;
+      for (; py < rows; px += P) {
+        while (px >= cols) {
+          px -= cols;
+          ++py;
+        }
+        if (py >= rows) break;
         const Pack<T, S> dp =
             *reinterpret_cast<const Pack<T, S>*>(dyn + (static_cast<int64_t>(y0 + py) * OW + x0 + px) * C);
         A d[S];
@@ -364,22 +371,29 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
       }
     }
   }
-  A* out = partials + (slice * C + c0 + sv * S) * K;
+  // Row q of threads holds S channels per thread: channel ch = sv * S + s of
+  // row q sits at row_sums[q * lanes + ch]. Thread (segment, ch) sums rows
+  // segment * S .. segment * S + S - 1 (P = segments * S), then thread ch sums
+  // the segments.
+  A* segment_sums = row_sums + kThreads * S;
+  const int32_t ch = threadIdx.x % lanes, segment = threadIdx.x / lanes, segments = kThreads / lanes;
+  A* out = partials + (slice * C + c0 + ch) * K;
 #pragma unroll
   for (int kk = 0; kk < KB; ++kk) {
     if (kk < K) {
       __syncthreads();
 #pragma unroll
-      for (int s = 0; s < S; ++s) row_sums[threadIdx.x].v[s] = acc[kk][s];
+      for (int s = 0; s < S; ++s) row_sums[pl * lanes + sv * S + s] = acc[kk][s];
       __syncthreads();
-      if (pl == 0) {
-        Pack<A, S> sum = row_sums[sv];
-        for (int32_t q = 1; q < P; ++q) {
+      A sum = row_sums[segment * S * lanes + ch];
 #pragma unroll
-          for (int s = 0; s < S; ++s) sum.v[s] += row_sums[q * subs + sv].v[s];
-        }
-#pragma unroll
-        for (int s = 0; s < S; ++s) out[s * K + kk] = sum.v[s];
+      for (int q = 1; q < S; ++q) sum += row_sums[(segment * S + q) * lanes + ch];
+      segment_sums[segment * lanes + ch] = sum;
+      __syncthreads();
+      if (segment == 0) {
+        A total = segment_sums[ch];
+        for (int32_t q = 1; q < segments; ++q) total += segment_sums[q * lanes + ch];
+        out[kk] = total;
       }
     }
   }
@@ -390,14 +404,13 @@ bool depthwise_filter_cl_tiled(const T* dy, const T* x, typename Acc<T>::type* p
                                const Geometry& g, const DirectShapes& s, const FilterSlices& f,
                                cudaStream_t stream) {
   using A = typename Acc<T>::type;
-  constexpr int V = 16 / sizeof(T);
   // KB * S sums in registers, as for depthwise_filter_cl.
-  constexpr int S = KB > 16 ? 1 : KB > 9 ? 2 : (V < 4 ? V : 4);
+  constexpr int S = KB > 16 ? 1 : sizeof(T) == 8 || KB > 9 ? 2 : 4;
   DepthwiseTile t;
   if (!plan_depthwise_filter_tile(g, s.c, f.rows, f.count, sizeof(T), &t) || !aligned_to(dy, 16) ||
       !aligned_to(x, 16))
     return false;
-  const int64_t smem = std::max<int64_t>(t.patch_bytes, kThreads * S * sizeof(A));
+  const int64_t smem = std::max<int64_t>(t.patch_bytes, kThreads * (S + 1) * sizeof(A));
   depthwise_filter_cl_tile_kernel<KB, S, T><<<static_cast<unsigned>(t.blocks), kThreads, smem, stream>>>(
       dy, x, partials, g, s.c, f, t);
   return true;
