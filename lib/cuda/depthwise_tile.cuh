@@ -37,6 +37,7 @@ struct DepthwiseTile {
   int32_t pw = 1, ph = 1;           // input patch
   int32_t tiles_x = 1, tiles_y = 1;
   int64_t patch_bytes = 0, smem = 0, blocks = 0;
+  int64_t dy_bytes = 0;  // the filter gradient's dy tile
   // Divisions of the block and thread indices, fixed at launch.
   FastDiv by_slices, by_tiles_x, by_tiles_y, by_depth, by_tw;
 };
@@ -126,7 +127,7 @@ __device__ __forceinline__ void stage_patch(T* patch, const T* xp, int32_t iy0, 
 
 // The tiles of the 2-D channels-last depthwise filter gradient
 // (direct_filter.cu): one block per (slice of `rows` output rows, channel
-// slice), tiles at most `rows` high (th), their patch at most 48 KB.
+// slice), tiles at most `rows` high (th), their patch and dy at most 48 KB.
 inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t rows,
                                        int64_t slices, size_t elem_bytes, DepthwiseTile* out) {
   DepthwiseTile t;
@@ -134,7 +135,8 @@ inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t row
   for (t.th = static_cast<int32_t>(std::min<int64_t>(rows, 16));; t.th /= 2) {
     patch_extent(g, t.th, t.tw, &t.ph, &t.pw);
     t.patch_bytes = int64_t{16} * t.pw * t.ph * t.vb;
-    if (t.patch_bytes <= 48 * 1024) break;
+    t.dy_bytes = int64_t{16} * t.th * t.tw * t.vb;
+    if (t.patch_bytes + t.dy_bytes <= 48 * 1024) break;
     if (t.th == 1) return false;
   }
   t.blocks = slices * t.slices;

@@ -298,8 +298,9 @@ bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partial
 // --- depthwise, channels-last, 2-D, on tiles ------------------------------------
 
 // Block (slice, channel slice of vb vectors): the slice's positions in tiles
-// of th x tw, each tile's input patch staged in shared memory (stage_patch,
-// as for the tiled forward); dy is read once, from global memory. A thread
+// of th x tw, each tile's input patch and dy staged in shared memory
+// (stage_patch, as for the tiled forward; dy in one copy, not a load per
+// position whose latency each thread would wait on in turn). A thread
 // takes S consecutive channels of the slice (sub-vector sv) and every P-th
 // position of each tile, with its KB x S sums in registers. At the end the
 // block's P rows of threads meet in shared memory one tap at a time: each
@@ -314,6 +315,7 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
   constexpr int V = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
   T* patch = reinterpret_cast<T*>(smem);
+  T* dy_tile = reinterpret_cast<T*>(smem + t.patch_bytes);
   A* row_sums = reinterpret_cast<A*>(smem);  // after the last tile: kThreads * S, then kThreads
   __shared__ int32_t taps[KB];                // tap k's element offset in the patch
   int32_t slice, cs;
@@ -336,12 +338,14 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
 #pragma unroll
     for (int s = 0; s < S; ++s) acc[kk][s] = A(0);
   const T* xn = x + r.n * g.in_size * C + c0;
-  const T* dyn = dy + r.n * g.out_size * C + c0 + sv * S;
+  const T* dyn = dy + r.n * g.out_size * C + c0;
+  const int32_t OH = static_cast<int32_t>(g.out[0]);
   for (int32_t y0 = r.row_begin; y0 < r.row_end; y0 += t.th) {
     for (int32_t x0 = 0; x0 < OW; x0 += t.tw) {
       __syncthreads();  // the previous tile's reads are done (and the taps written)
       stage_patch(patch, xn, y0 * sy - static_cast<int32_t>(g.pad_lo[0]),
                   x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb_shift);
+      stage_patch(dy_tile, dyn, y0, x0, OH, OW, C, t.th, t.tw, t.vb_shift);
       wait_copies<0>();
       __syncthreads();
       const int32_t rows = t.th < r.row_end - y0 ? t.th : r.row_end - y0;
@@ -354,8 +358,7 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
           ++py;
         }
         if (py >= rows) break;
-        const Pack<T, S> dp =
-            *reinterpret_cast<const Pack<T, S>*>(dyn + (static_cast<int64_t>(y0 + py) * OW + x0 + px) * C);
+        const Pack<T, S> dp = *reinterpret_cast<const Pack<T, S>*>(dy_tile + (py * t.tw + px) * lanes + sv * S);
         A d[S];
 #pragma unroll
         for (int s = 0; s < S; ++s) d[s] = static_cast<A>(to_acc(dp.v[s]));
@@ -410,7 +413,7 @@ bool depthwise_filter_cl_tiled(const T* dy, const T* x, typename Acc<T>::type* p
   if (!plan_depthwise_filter_tile(g, s.c, f.rows, f.count, sizeof(T), &t) || !aligned_to(dy, 16) ||
       !aligned_to(x, 16))
     return false;
-  const int64_t smem = std::max<int64_t>(t.patch_bytes, kThreads * (S + 1) * sizeof(A));
+  const int64_t smem = std::max<int64_t>(t.patch_bytes + t.dy_bytes, kThreads * (S + 1) * sizeof(A));
   depthwise_filter_cl_tile_kernel<KB, S, T><<<static_cast<unsigned>(t.blocks), kThreads, smem, stream>>>(
       dy, x, partials, g, s.c, f, t);
   return true;
