@@ -694,7 +694,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 #   enough partial sums to stay a small part of the traffic.
 _DIRECT_FILTER_PAIRS = 1 << 17
 _TILE_POSITIONS = 2048
-_DEPTHWISE_CL_POSITIONS = 512
+_DEPTHWISE_CL_POSITIONS = 1024
 _GROUPED_POSITIONS = 512
 _GROUPED_PARTIALS = 1 << 24
 

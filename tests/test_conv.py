@@ -371,8 +371,9 @@ def test_grouped_algorithm_choice():
   assert _conv_primitives._filter_kind(spec(64, True, nd=1), 64, 64) == "scalar"
   assert _conv_primitives._filter_kind(spec(64, True, nd=3), 64, 64) == "scalar"
   # The channels-last depthwise slices: about _DEPTHWISE_CL_POSITIONS
-  # positions, an image's rows spread evenly (56 rows: 7 slices of 8, not 9).
-  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (8, 32 * 7)
+  # positions, an image's rows spread evenly (56 rows: 4 slices of 14, not
+  # 18, 18, 18, 2).
+  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (14, 32 * 4)
   assert _conv_primitives.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
   # lowered for CUDA: every call direct, the filter gradient in slices of

@@ -96,7 +96,7 @@ inline bool plan_depthwise_tile(const Geometry& g, int64_t n, int64_t c, size_t 
   return true;
 }
 
-// Copies (cp.async, without waiting) the ph x pw x 2^vb_shift 16-byte
+// Copies (cp.async, neither committed nor waited for) the ph x pw x 2^vb_shift 16-byte
 // vectors of the patch whose first pixel is (iy0, ix0) of the H x W plane xp
 // (C channels per pixel, starting at the slice's first channel) to `patch`;
 // pixels outside the plane read as zeros. The division of the copy index by
@@ -122,21 +122,21 @@ __device__ __forceinline__ void stage_patch(T* patch, const T* xp, int32_t iy0, 
       ++py;
     }
   }
-  commit_copies();
 }
 
 // The tiles of the 2-D channels-last depthwise filter gradient
 // (direct_filter.cu): one block per (slice of `rows` output rows, channel
-// slice), tiles at most `rows` high (th), their patch and dy at most 48 KB.
+// slice), tiles at most 8 rows high (th), two tiles' patches and dy (double
+// buffered) in at most 48 KB.
 inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t rows,
                                        int64_t slices, size_t elem_bytes, DepthwiseTile* out) {
   DepthwiseTile t;
   if (g.nd != 2 || !plan_slices_and_columns(g, c, elem_bytes, &t)) return false;
-  for (t.th = static_cast<int32_t>(std::min<int64_t>(rows, 16));; t.th /= 2) {
+  for (t.th = static_cast<int32_t>(std::min<int64_t>(rows, 8));; t.th /= 2) {
     patch_extent(g, t.th, t.tw, &t.ph, &t.pw);
     t.patch_bytes = int64_t{16} * t.pw * t.ph * t.vb;
     t.dy_bytes = int64_t{16} * t.th * t.tw * t.vb;
-    if (t.patch_bytes + t.dy_bytes <= 48 * 1024) break;
+    if (2 * (t.patch_bytes + t.dy_bytes) <= 48 * 1024) break;
     if (t.th == 1) return false;
   }
   t.blocks = slices * t.slices;
@@ -198,6 +198,7 @@ depthwise_cl_tile_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* _
     }
     __syncthreads();  // the previous plane's reads are done
     stage_patch(patch[0].v, x + plane * H * W * C + c0, iy0, ix0, H, W, C, t.ph, t.pw, t.vb_shift);
+    commit_copies();
     wait_copies<0>();
     __syncthreads();
     if (!active) continue;

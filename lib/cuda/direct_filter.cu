@@ -300,7 +300,8 @@ bool depthwise_filter_cl(const T* dy, const T* x, typename Acc<T>::type* partial
 // Block (slice, channel slice of vb vectors): the slice's positions in tiles
 // of th x tw, each tile's input patch and dy staged in shared memory
 // (stage_patch, as for the tiled forward; dy in one copy, not a load per
-// position whose latency each thread would wait on in turn). A thread
+// position whose latency each thread would wait on in turn), double
+// buffered: the next tile's copies are in flight during this one's sums. A thread
 // takes S consecutive channels of the slice (sub-vector sv) and every P-th
 // position of each tile, with its KB x S sums in registers. At the end the
 // block's P rows of threads meet in shared memory one tap at a time: each
@@ -314,8 +315,7 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
-  T* patch = reinterpret_cast<T*>(smem);
-  T* dy_tile = reinterpret_cast<T*>(smem + t.patch_bytes);
+  const int64_t tile_bytes = t.patch_bytes + t.dy_bytes;  // per buffer: patch, then dy
   A* row_sums = reinterpret_cast<A*>(smem);  // after the last tile: kThreads * S, then kThreads
   __shared__ int32_t taps[KB];                // tap k's element offset in the patch
   int32_t slice, cs;
@@ -340,39 +340,61 @@ depthwise_filter_cl_tile_kernel(const T* __restrict__ dy, const T* __restrict__ 
   const T* xn = x + r.n * g.in_size * C + c0;
   const T* dyn = dy + r.n * g.out_size * C + c0;
   const int32_t OH = static_cast<int32_t>(g.out[0]);
-  for (int32_t y0 = r.row_begin; y0 < r.row_end; y0 += t.th) {
-    for (int32_t x0 = 0; x0 < OW; x0 += t.tw) {
-      __syncthreads();  // the previous tile's reads are done (and the taps written)
-      stage_patch(patch, xn, y0 * sy - static_cast<int32_t>(g.pad_lo[0]),
-                  x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb_shift);
-      stage_patch(dy_tile, dyn, y0, x0, OH, OW, C, t.th, t.tw, t.vb_shift);
+  const int32_t tiles = (r.row_end - r.row_begin + t.th - 1) / t.th * t.tiles_x;
+  const auto tile_origin = [&](int32_t i, int32_t& y0, int32_t& x0) {
+    int32_t ty, tx;
+    t.by_tiles_x.divmod(i, ty, tx);
+    y0 = r.row_begin + ty * t.th;
+    x0 = tx * t.tw;
+  };
+  const auto stage = [&](int32_t i) {
+    int32_t y0, x0;
+    tile_origin(i, y0, x0);
+    T* patch = reinterpret_cast<T*>(smem + (i & 1) * tile_bytes);
+    stage_patch(patch, xn, y0 * sy - static_cast<int32_t>(g.pad_lo[0]),
+                x0 * sx - static_cast<int32_t>(g.pad_lo[1]), H, W, C, t.ph, t.pw, t.vb_shift);
+    stage_patch(reinterpret_cast<T*>(smem + (i & 1) * tile_bytes + t.patch_bytes), dyn, y0, x0, OH, OW, C,
+                t.th, t.tw, t.vb_shift);
+    commit_copies();
+  };
+  stage(0);
+  for (int32_t i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) {
+      stage(i + 1);  // its buffer's last reader, tile i - 1, finished at the barrier below
+      wait_copies<1>();
+    } else {
       wait_copies<0>();
-      __syncthreads();
-      const int32_t rows = t.th < r.row_end - y0 ? t.th : r.row_end - y0;
-      const int32_t cols = t.tw < OW - x0 ? t.tw : OW - x0;
-      // Position p = py * cols + px of the tile, advanced by P with carries.
-      int32_t py = pl / cols, px = pl - py * cols;
-      for (; py < rows; px += P) {
-        while (px >= cols) {
-          px -= cols;
-          ++py;
-        }
-        if (py >= rows) break;
-        const Pack<T, S> dp = *reinterpret_cast<const Pack<T, S>*>(dy_tile + (py * t.tw + px) * lanes + sv * S);
-        A d[S];
+    }
+    __syncthreads();  // tile i's copies (and the taps) visible to all
+    int32_t y0, x0;
+    tile_origin(i, y0, x0);
+    const T* patch = reinterpret_cast<const T*>(smem + (i & 1) * tile_bytes);
+    const T* dy_tile = reinterpret_cast<const T*>(smem + (i & 1) * tile_bytes + t.patch_bytes);
+    const int32_t rows = t.th < r.row_end - y0 ? t.th : r.row_end - y0;
+    const int32_t cols = t.tw < OW - x0 ? t.tw : OW - x0;
+    // Position p = py * cols + px of the tile, advanced by P with carries.
+    int32_t py = pl / cols, px = pl - py * cols;
+    for (; py < rows; px += P) {
+      while (px >= cols) {
+        px -= cols;
+        ++py;
+      }
+      if (py >= rows) break;
+      const Pack<T, S> dp = *reinterpret_cast<const Pack<T, S>*>(dy_tile + (py * t.tw + px) * lanes + sv * S);
+      A d[S];
 #pragma unroll
-        for (int s = 0; s < S; ++s) d[s] = static_cast<A>(to_acc(dp.v[s]));
-        const T* base = patch + (py * sy * t.pw + px * sx) * lanes + sv * S;
+      for (int s = 0; s < S; ++s) d[s] = static_cast<A>(to_acc(dp.v[s]));
+      const T* base = patch + (py * sy * t.pw + px * sx) * lanes + sv * S;
 #pragma unroll
-        for (int kk = 0; kk < KB; ++kk) {
-          if (kk < K) {
-            const Pack<T, S> xv = *reinterpret_cast<const Pack<T, S>*>(base + taps[kk]);
+      for (int kk = 0; kk < KB; ++kk) {
+        if (kk < K) {
+          const Pack<T, S> xv = *reinterpret_cast<const Pack<T, S>*>(base + taps[kk]);
 #pragma unroll
-            for (int s = 0; s < S; ++s) acc[kk][s] += d[s] * static_cast<A>(to_acc(xv.v[s]));
-          }
+          for (int s = 0; s < S; ++s) acc[kk][s] += d[s] * static_cast<A>(to_acc(xv.v[s]));
         }
       }
     }
+    __syncthreads();  // tile i's buffer free for tile i + 2
   }
   // Row q of threads holds S channels per thread: channel ch = sv * S + s of
   // row q sits at row_sums[q * lanes + ch]. Thread (segment, ch) sums rows
@@ -413,7 +435,7 @@ bool depthwise_filter_cl_tiled(const T* dy, const T* x, typename Acc<T>::type* p
   if (!plan_depthwise_filter_tile(g, s.c, f.rows, f.count, sizeof(T), &t) || !aligned_to(dy, 16) ||
       !aligned_to(x, 16))
     return false;
-  const int64_t smem = std::max<int64_t>(t.patch_bytes + t.dy_bytes, kThreads * (S + 1) * sizeof(A));
+  const int64_t smem = std::max<int64_t>(2 * (t.patch_bytes + t.dy_bytes), kThreads * (S + 1) * sizeof(A));
   depthwise_filter_cl_tile_kernel<KB, S, T><<<static_cast<unsigned>(t.blocks), kThreads, smem, stream>>>(
       dy, x, partials, g, s.c, f, t);
   return true;
