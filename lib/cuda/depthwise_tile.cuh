@@ -127,7 +127,10 @@ __device__ __forceinline__ void stage_patch(T* patch, const T* xp, int32_t iy0, 
 // The tiles of the 2-D channels-last depthwise filter gradient
 // (direct_filter.cu): one block per (slice of `rows` output rows, channel
 // slice), tiles at most 8 rows high (th), two tiles' patches and dy (double
-// buffered) in at most 47 KB.
+// buffered) in at most kFilterTileSmem bytes (past the default 48 KB: a
+// dilated kernel's patch needs ~60 KB for two tiles of 2 rows).
+constexpr int64_t kFilterTileSmem = 96 * 1024;
+
 inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t rows,
                                        int64_t slices, size_t elem_bytes, DepthwiseTile* out) {
   DepthwiseTile t;
@@ -136,8 +139,8 @@ inline bool plan_depthwise_filter_tile(const Geometry& g, int64_t c, int64_t row
     patch_extent(g, t.th, t.tw, &t.ph, &t.pw);
     t.patch_bytes = int64_t{16} * t.pw * t.ph * t.vb;
     t.dy_bytes = int64_t{16} * t.th * t.tw * t.vb;
-    // 1 KB of the 48 is left for the kernel's static table of taps.
-    if (2 * (t.patch_bytes + t.dy_bytes) <= 47 * 1024) break;
+    // 1 KB is left for the kernel's static table of taps.
+    if (2 * (t.patch_bytes + t.dy_bytes) <= kFilterTileSmem - 1024) break;
     if (t.th == 1) return false;
   }
   t.blocks = slices * t.slices;

@@ -436,6 +436,10 @@ bool depthwise_filter_cl_tiled(const T* dy, const T* x, typename Acc<T>::type* p
       !aligned_to(x, 16))
     return false;
   const int64_t smem = std::max<int64_t>(2 * (t.patch_bytes + t.dy_bytes), kThreads * (S + 1) * sizeof(A));
+  if (smem > 48 * 1024 &&
+      allow_shared_bytes(reinterpret_cast<const void*>(depthwise_filter_cl_tile_kernel<KB, S, T>),
+                         static_cast<int>(smem)) != cudaSuccess)
+    return false;
   depthwise_filter_cl_tile_kernel<KB, S, T><<<static_cast<unsigned>(t.blocks), kThreads, smem, stream>>>(
       dy, x, partials, g, s.c, f, t);
   return true;
