@@ -781,6 +781,21 @@ def op_fwd(b: Bench, case: Case, dt: str, layout: str):
   b.run_torch(base, "torch", lambda: (conv, b.data.torch_sets([x_shape(case, "cf"), tw], dt, mf)))
 
 
+def conv_op(fn: Callable, op: str) -> Callable:
+  """The conv `fn(x, w)` as op "fwd" (itself), or its VJP `(x, w, g) ->
+  gradients`: "bwd" both gradients, "dgrad" the input's alone, "wgrad" the
+  weights' alone."""
+  if op == "fwd":
+    return fn
+  if op == "bwd":
+    return lambda x, w, g: jax.vjp(fn, x, w)[1](g)
+  if op == "dgrad":
+    return lambda x, w, g: jax.vjp(lambda x: fn(x, w), x)[1](g)
+  if op == "wgrad":
+    return lambda x, w, g: jax.vjp(lambda w: fn(x, w), w)[1](g)
+  raise ValueError(f"conv_op: unknown op {op!r}")
+
+
 def op_bwd(b: Bench, case: Case, dt: str, layout: str, wrt: str = "bwd"):
   """The VJP of the conv: wrt "bwd" both gradients, "dgrad" the input's alone,
   "wgrad" the weights' alone (XLA and torch then compute only that one)."""
@@ -788,20 +803,12 @@ def op_bwd(b: Bench, case: Case, dt: str, layout: str, wrt: str = "bwd"):
   shapes = [x_shape(case, layout), w_shape(case, layout), y_shape(case, layout)]
   base = base_fields(wrt, case, dt, layout, flops=(2 if wrt == "bwd" else 1) * conv_flops(case))
   want_x, want_w = wrt in ("bwd", "dgrad"), wrt in ("bwd", "wgrad")
-
-  def vjp(fn):
-    if want_x and want_w:
-      return lambda x, w, g: jax.vjp(fn, x, w)[1](g)
-    if want_x:
-      return lambda x, w, g: jax.vjp(lambda x: fn(x, w), x)[1](g)
-    return lambda x, w, g: jax.vjp(lambda w: fn(x, w), w)[1](g)
-
   sets = b.data.sets(shapes, dtype)
   for name, fn in conv_impls(case, layout, dt)[:2]:  # DEFAULT precision only
     if fn is None:
       b.skip(base, name, NO_OURS_CONV)
     else:
-      b.run_jax(base, name, vjp(fn), sets)
+      b.run_jax(base, name, conv_op(fn, wrt), sets)
   del sets
   tc = torch_conv_or_skip(b, base, case, layout)
   if tc is None:

@@ -17,7 +17,6 @@ import sys
 import time
 
 import jax
-from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -45,16 +44,6 @@ def routed(path):
     cp.use_implicit, cp.use_implicit_filter = original
 
 
-def functions(case, layout):
-  kw = bench.conv_kwargs(case, layout)
-  ours = lambda x, w: bench.OURS_CONV(x, w, **kw)
-  xla = lambda x, w: lax.conv_general_dilated(x, w, **kw)
-  fwd = lambda conv: jax.jit(conv)
-  dgrad = lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g))
-  wgrad = lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g))
-  return {"fwd": (fwd, ours, xla), "dgrad": (dgrad, ours, xla), "wgrad": (wgrad, ours, xla)}
-
-
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
@@ -76,7 +65,8 @@ def main():
       for layout in ("cf", "cl"):
         xs, ws, ys = (bench.x_shape(case, layout), bench.w_shape(case, layout),
                       bench.y_shape(case, layout))
-        for op, (wrap, ours, xla) in functions(case, layout).items():
+        (_, ours), (_, xla) = bench.conv_impls(case, layout, dt)[:2]  # DEFAULT precision
+        for op in ("fwd", "dgrad", "wgrad"):
           if op not in args.ops.split(","):
             continue
           if time.perf_counter() - bench.T_START > args.deadline_s:
@@ -86,8 +76,8 @@ def main():
           row = dict(shape=case.name, dtype=dt, layout=layout, op=op)
           for path in ("implicit", "gemm"):
             with routed(path):
-              row[path] = bench.time_jax(wrap(ours), sets, CFG)["ms"]
-          row["xla"] = bench.time_jax(wrap(xla), sets, CFG)["ms"]
+              row[path] = bench.time_jax(jax.jit(bench.conv_op(ours, op)), sets, CFG)["ms"]
+          row["xla"] = bench.time_jax(jax.jit(bench.conv_op(xla, op)), sets, CFG)["ms"]
           del sets
           rows.append(row)
           print(f"{case.name:16} {dt:5} {layout:3} {op:6} {row['implicit']:9.4f} {row['gemm']:9.4f} "

@@ -14,23 +14,11 @@ import sys
 import time
 
 import jax
-from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=15, budget_s=0.08)
-
-
-def functions(case, layout):
-  kw = bench.conv_kwargs(case, layout)
-  ours = lambda x, w: bench.OURS_CONV(x, w, **kw)
-  xla = lambda x, w: lax.conv_general_dilated(x, w, **kw)
-  return {
-      "fwd": lambda conv: jax.jit(conv),
-      "dgrad": lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g)),
-      "wgrad": lambda conv: jax.jit(lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g)),
-  }, ours, xla
 
 
 def main():
@@ -56,14 +44,14 @@ def main():
         if dt not in case.dtypes or layout not in case.layouts:
           continue
         xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
-        wraps, ours, xla = functions(case, layout)
+        (_, ours), (_, xla) = bench.conv_impls(case, layout, dt)[:2]  # DEFAULT precision
         for op in args.ops.split(","):
           if time.perf_counter() - bench.T_START > args.deadline_s:
             break
           sets = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])
           row = dict(shape=name, dtype=dt, layout=layout, op=op,
-                     ours=bench.time_jax(wraps[op](ours), sets, CFG)["ms"],
-                     xla=bench.time_jax(wraps[op](xla), sets, CFG)["ms"])
+                     ours=bench.time_jax(jax.jit(bench.conv_op(ours, op)), sets, CFG)["ms"],
+                     xla=bench.time_jax(jax.jit(bench.conv_op(xla, op)), sets, CFG)["ms"])
           del sets
           rows.append(row)
           print(f"{name:18} {dt:5} {layout:3} {op:6} {row['ours']:9.4f} {row['xla']:9.4f} "
