@@ -719,10 +719,21 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
   return rows, n * -(-out0 // rows)
 
 
-def _filter_kind(spec, c, o):
+def _depthwise_cl_tiles(spec, c, dtype):
+  """Whether the channels-last depthwise filter gradient takes its tiles
+  (plan_depthwise_filter_tile in lib/cuda/depthwise_tile.cuh): 2-D, no lhs
+  dilation, channels in whole 16-byte vectors. The tiles must also fit in
+  96 KB of shared memory, which only wide windows miss (with 64-byte channel
+  slices, a 3x3 window from dilation 8, or 5 at stride 2); those run the
+  per-position kernel on these coarser slices."""
+  w = spec.window
+  return w.nd == 2 and all(d == 1 for d in w.lhs_dilation) and _whole_vectors(c, dtype)
+
+
+def _filter_kind(spec, c, o, dtype):
   if _depthwise(spec, c, o) and not spec.channels_last:
     return "depthwise_cf"  # depthwise_filter_cf in lib/cuda/direct_filter.cu
-  if _depthwise(spec, c, o) and spec.window.nd == 2:
+  if _depthwise(spec, c, o) and _depthwise_cl_tiles(spec, c, dtype):
     return "depthwise_cl"  # depthwise_filter_cl_tiled in lib/cuda/direct_filter.cu
   return "grouped" if _grouped(spec, c, o) else "scalar"
 
@@ -735,7 +746,7 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     taps = (c // spec.groups) * spec.window.kernel_size
     rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),
-                                        o, _filter_kind(spec, c, o), taps)
+                                        o, _filter_kind(spec, c, o, dtype), taps)
     acc = 8 if dtype == np.float64 else 4
     return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=xa.shape[0],
                       positions=rows, workspace_bytes=slices * o * taps * acc,

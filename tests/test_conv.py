@@ -356,7 +356,7 @@ def test_grouped_algorithm_choice():
   direct algorithm, and the grouped slicing of the filter gradient."""
   def spec(groups, channels_last=False, nd=2):  # the fields the choice reads, a 3x3 kernel
     return types.SimpleNamespace(groups=groups, channels_last=channels_last,
-                                 window=types.SimpleNamespace(kernel_size=9, nd=nd))
+                                 window=types.SimpleNamespace(kernel_size=9, nd=nd, lhs_dilation=(1,) * nd))
   direct, gemm = _conv_primitives.ALGORITHM_DIRECT, _conv_primitives.ALGORITHM_GEMM
   assert _conv_primitives._algorithm(spec(4), 64, 64) == direct      # 16 channels per group
   assert _conv_primitives._algorithm(spec(4), 64, 68) == gemm        # 17 output channels per group
@@ -364,12 +364,21 @@ def test_grouped_algorithm_choice():
   assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
   assert _conv_primitives._algorithm(spec(8, True), 64, 64) == direct
   assert _conv_primitives._algorithm(spec(2, True), 64, 64) == gemm
-  assert _conv_primitives._filter_kind(spec(8), 64, 64) == "grouped"
-  assert _conv_primitives._filter_kind(spec(8, True), 64, 64) == "grouped"
-  assert _conv_primitives._filter_kind(spec(64), 64, 64) == "depthwise_cf"
-  assert _conv_primitives._filter_kind(spec(64, True), 64, 64) == "depthwise_cl"
-  assert _conv_primitives._filter_kind(spec(64, True, nd=1), 64, 64) == "scalar"
-  assert _conv_primitives._filter_kind(spec(64, True, nd=3), 64, 64) == "scalar"
+  kind = lambda spec, c, dtype=np.float32: _conv_primitives._filter_kind(spec, c, c, dtype)
+  assert kind(spec(8), 64) == "grouped"
+  assert kind(spec(8, True), 64) == "grouped"
+  assert kind(spec(64), 64) == "depthwise_cf"
+  assert kind(spec(64, True), 64) == "depthwise_cl"
+  # Where the channels-last tiles do not apply, the per-position kernel's
+  # finer slicing: 1-D and 3-D, lhs dilation, channels not in whole vectors
+  # (12 bfloat16 channels; 12 float32 ones are three vectors).
+  assert kind(spec(64, True, nd=1), 64) == "scalar"
+  assert kind(spec(64, True, nd=3), 64) == "scalar"
+  dilated = spec(64, True)
+  dilated.window.lhs_dilation = (2, 1)
+  assert kind(dilated, 64) == "scalar"
+  assert kind(spec(12, True), 12, jnp.bfloat16) == "scalar"
+  assert kind(spec(12, True), 12, np.float32) == "depthwise_cl"
   # The channels-last depthwise slices: about _DEPTHWISE_CL_POSITIONS
   # positions, an image's rows spread evenly (56 rows: 4 slices of 14, not
   # 18, 18, 18, 2).

@@ -6,8 +6,8 @@
 // dimensions) and a slice of vb channel vectors of 16 bytes. It stages the
 // slice's weights ([tap][channel], accumulator type) and the input patch under
 // its positions (cp.async, padding as zeros) in shared memory. A thread then
-// takes one vector of one tile column and kRows tile rows: each tap's weights
-// are read once for its kRows outputs, and every input vector comes from
+// takes one vector of one tile column and kDepthwiseRows tile rows: each tap's weights
+// are read once for those outputs, and every input vector comes from
 // shared memory, so global memory sees each input element about once (plus
 // the patch's halo) where the per-position kernels read it once per tap. In
 // 3-D the block loops over the kernel's depth taps, staging the patch of each
