@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "columns.h"
+#include "columns_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
 
@@ -377,6 +378,16 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
+  FlatColumns flat;
+  if (!channels_last && aligned_to(cols, 16) && flat_columns(g, lay, C, nc, &flat)) {
+    // Words of 2-byte elements at unit stride: x starts on a word and holds
+    // whole words (see read_line_pairs).
+    const bool pairs = sizeof(U) == 2 && g.stride[ND - 1] == 1 && aligned_to(x, 4) &&
+                       ((n0 + nc) * C * g.in_size) % 2 == 0;
+    unfold_cf_vector_kernel<ND, U, V><<<blocks_for((flat.total + V - 1) / V), kThreads, 0, stream>>>(
+        x, cols, g, C, n0, lay, flat, pairs);
+    return cudaGetLastError();
+  }
   TilePlan t;
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
@@ -420,7 +431,12 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
-  if (!channels_last) {
+  if (!channels_last && fold_cf_vector_applies(g, lay, V) && aligned_to(cols, 16) &&
+      aligned_to(x, sizeof(TX) * V)) {
+    const int64_t lines = nc * C * (g.in_size / g.in[ND - 1]);
+    fold_cf_vector_kernel<ND, TC, TX, V><<<blocks_for(lines * (g.in[ND - 1] / V)), kThreads, 0, stream>>>(
+        cols, x, g, C, n0, lay, lines, accumulate);
+  } else if (!channels_last) {
     const int64_t width = g.in[ND - 1];
     const int64_t lines = nc * C * (g.in_size / width);
     const int64_t runs = (width + Vcf - 1) / Vcf;
