@@ -378,14 +378,17 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
-  FlatColumns flat;
-  if (!channels_last && aligned_to(cols, 16) && flat_columns(g, lay, C, nc, &flat)) {
+  if (!channels_last && aligned_to(cols, 16) && lay.lc % V == 0 && lay.row_stride % V == 0 &&
+      lay.image_stride % V == 0) {
     // Words of 2-byte elements at unit stride: x starts on a word and holds
     // whole words (see read_line_pairs).
     const bool pairs = sizeof(U) == 2 && g.stride[ND - 1] == 1 && aligned_to(x, 4) &&
                        ((n0 + nc) * C * g.in_size) % 2 == 0;
-    unfold_cf_vector_kernel<ND, U, V><<<blocks_for((flat.total + V - 1) / V), kThreads, 0, stream>>>(
-        x, cols, g, C, n0, lay, flat, pairs);
+    const RowUnits u = row_units(g, lay, nc * C, V);
+    const unsigned blocks = static_cast<unsigned>(
+        std::min<int64_t>((u.total + u.per_block - 1) / u.per_block, int64_t{1} << 20));
+    unfold_cf_rows_kernel<ND, U, V><<<blocks, kThreads, 0, stream>>>(x, cols, g, C, n0, lay,
+                                                                    WindowDivisors(g), u, pairs);
     return cudaGetLastError();
   }
   TilePlan t;
@@ -431,10 +434,19 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
-  if (!channels_last && fold_cf_vector_applies(g, lay, V) && aligned_to(cols, 16) &&
-      aligned_to(x, sizeof(TX) * V)) {
-    const int64_t lines = nc * C * (g.in_size / g.in[ND - 1]);
+  // Whole 16-byte vectors of the columns, else 8-byte ones (lines of 28
+  // bfloat16 positions, say).
+  constexpr int Vh = V / 2 >= 2 ? V / 2 : V;
+  const int64_t lines = nc * C * (g.in_size / g.in[ND - 1]);
+  auto fold_vectors_apply = [&](int v) {
+    return !channels_last && fold_cf_vector_applies(g, lay, v) && aligned_to(cols, sizeof(TC) * v) &&
+           aligned_to(x, sizeof(TX) * v);
+  };
+  if (fold_vectors_apply(V)) {
     fold_cf_vector_kernel<ND, TC, TX, V><<<blocks_for(lines * (g.in[ND - 1] / V)), kThreads, 0, stream>>>(
+        cols, x, g, C, n0, lay, lines, accumulate);
+  } else if (Vh != V && fold_vectors_apply(Vh)) {
+    fold_cf_vector_kernel<ND, TC, TX, Vh><<<blocks_for(lines * (g.in[ND - 1] / Vh)), kThreads, 0, stream>>>(
         cols, x, g, C, n0, lay, lines, accumulate);
   } else if (!channels_last) {
     const int64_t width = g.in[ND - 1];

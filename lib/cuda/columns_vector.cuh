@@ -2,12 +2,13 @@
 // 16-byte vector of the array it writes, so that each store is a full vector
 // and the index math is paid once per vector (columns.cu chooses them).
 //
-// unfold: the columns of a chunk are one contiguous array (image-major or
-// row-major ColumnsLayout); a thread writes V consecutive elements of it. When
-// the V elements lie on one line of output positions of one row (the common
-// case) the line's outer coordinates are checked once and the V elements are
-// V reads along one input line; else each element is located on its own,
-// stepping an odometer.
+// unfold: rows of whole vectors (the positions of a chunk a multiple of V).
+// A thread writes V consecutive positions of one row (one kernel tap); when
+// they lie on one line of output positions (the common case) the line's
+// outer coordinates are checked once and the V elements are V reads along
+// one input line, else each element is located on its own. Blocks take the
+// work of a plane in units of positions for every tap, so that the input is
+// read from L1 for all the taps.
 //
 // fold: unit stride along the last spatial dimension and lines of positions
 // that are whole 16-byte vectors of the columns. A thread sums V consecutive
@@ -17,6 +18,7 @@
 // come from two aligned 16-byte loads and a shift known per tap.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../geometry.h"
@@ -24,56 +26,23 @@
 
 namespace im2col::cuda {
 
-// The columns as one array: segment s of lc positions is row (c*K + k) of
-// image n, image-major (s = n * C*K + row) or row-major (s = row * nc + n).
-struct FlatColumns {
-  int64_t total = 0;       // elements
-  int64_t rows = 0;        // C * K
-  int64_t images = 0;      // nc
-  bool row_major = false;
-  FastDiv out[kMaxSpatial];     // g.out
-  FastDiv kernel[kMaxSpatial];  // g.kernel
-};
-
-// Whether the chunk's columns are one contiguous array in either order.
-inline bool flat_columns(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
-                         FlatColumns* f) {
-  const int64_t rows = C * g.kernel_size;
-  const bool image_major = lay.row_stride == lay.lc && lay.image_stride == rows * lay.lc;
-  const bool row_major = lay.image_stride == lay.lc && lay.row_stride == nc * lay.lc;
-  if (!image_major && !row_major) return false;
-  f->total = nc * rows * lay.lc;
-  f->rows = rows;
-  f->images = nc;
-  f->row_major = !image_major;
-  for (int d = 0; d < kMaxSpatial; ++d) {
-    f->out[d] = FastDiv(g.out[d]);
-    f->kernel[d] = FastDiv(g.kernel[d]);
+// Divisors of the index math: the output extents and the kernel's.
+struct WindowDivisors {
+  FastDiv out[kMaxSpatial];
+  FastDiv kernel[kMaxSpatial];
+  explicit WindowDivisors(const Geometry& g) {
+    for (int d = 0; d < kMaxSpatial; ++d) {
+      out[d] = FastDiv(g.out[d]);
+      kernel[d] = FastDiv(g.kernel[d]);
+    }
   }
-  return true;
-}
+};
 
 template <int ND>
 __device__ __forceinline__ void unravel_fast(int32_t flat, const FastDiv* dims, int32_t* c) {
 #pragma unroll
   for (int d = ND - 1; d > 0; --d) dims[d].divmod(flat, flat, c[d]);
   c[0] = flat;
-}
-
-// Segment s of the columns: the input plane it reads (offset of (n0 + n, c))
-// and its kernel tap.
-template <int ND>
-__device__ __forceinline__ int64_t locate_segment(const Geometry& g, const FlatColumns& f, int64_t C,
-                                                  int64_t n0, int64_t s, int32_t* k) {
-  int64_t n, row, c, kk;
-  if (f.row_major) {
-    divmod(s, f.images, row, n);
-  } else {
-    divmod(s, f.rows, n, row);
-  }
-  divmod(row, g.kernel_size, c, kk);
-  unravel_fast<ND>(static_cast<int32_t>(kk), f.kernel, k);
-  return ((n0 + n) * C + c) * g.in_size;
 }
 
 // V elements of one input line starting at coordinate p0, `step` apart, for
@@ -123,81 +92,98 @@ __device__ __forceinline__ Pack<uint16_t, V> read_line_pairs(const uint16_t* lin
   return p;
 }
 
-// U: the unsigned carrier of the element type; V = 16 / sizeof(U). `pairs`:
-// 2-byte elements at unit stride along the last dimension read as words (see
-// read_line_pairs).
+// The V elements of positions o .. o + V - 1 along the last dimension (one
+// line of positions) for kernel tap k, from the input plane at `plane`: the
+// outer coordinates are checked once, then V reads along one input line.
+template <int ND, typename U, int V>
+__device__ __forceinline__ Pack<U, V> read_on_line(const U* x, int64_t plane, const Geometry& g,
+                                                   const int32_t* o, const int32_t* k, bool pairs) {
+  const int32_t width = static_cast<int32_t>(g.in[ND - 1]), step = static_cast<int32_t>(g.stride[ND - 1]);
+  int32_t line = 0;
+  bool inside = true;
+#pragma unroll
+  for (int d = 0; d < ND - 1; ++d) {
+    const int32_t q = o[d] * static_cast<int32_t>(g.stride[d]) + k[d] * static_cast<int32_t>(g.rhs_dilation[d]) -
+                      static_cast<int32_t>(g.pad_lo[d]);
+    inside &= static_cast<uint32_t>(q) < static_cast<uint32_t>(g.in[d]);
+    line = line * static_cast<int32_t>(g.in[d]) + q;
+  }
+  const int32_t p0 = o[ND - 1] * step + k[ND - 1] * static_cast<int32_t>(g.rhs_dilation[ND - 1]) -
+                     static_cast<int32_t>(g.pad_lo[ND - 1]);
+  if (!inside) {
+    Pack<U, V> p;
+#pragma unroll
+    for (int v = 0; v < V; ++v) p.v[v] = U(0);
+    return p;
+  }
+  const U* src = x + plane + static_cast<int64_t>(line) * width;
+  if constexpr (sizeof(U) == 2) {
+    if (pairs) return read_line_pairs<V>(src, p0, width, reinterpret_cast<const uint32_t*>(x));
+  }
+  return read_line<U, V>(src, p0, step, width);
+}
+
+// Rows of whole vectors (lc % V == 0): the work of one input plane comes in
+// units of kSpan vectors of positions for every kernel tap, tap-major (a warp
+// writes kSpan vectors of one row), and a block takes `units` consecutive
+// units: the input under a unit is read from L1 for its K taps, where the flat
+// order above reads it from L2 once per tap.
+constexpr int32_t kSpan = 32;
+
+struct RowUnits {
+  int64_t per_plane = 0;  // units per input plane
+  int64_t total = 0;      // units
+  int32_t per_block = 1;  // units per block
+  FastDiv items;          // K * kSpan: items (vectors) per unit
+};
+
+inline RowUnits row_units(const Geometry& g, const ColumnsLayout& lay, int64_t planes, int64_t V) {
+  RowUnits u;
+  const int64_t vectors_per_row = lay.lc / V;
+  u.per_plane = (vectors_per_row + kSpan - 1) / kSpan;
+  u.total = planes * u.per_plane;
+  const int64_t items = g.kernel_size * kSpan;
+  u.per_block = static_cast<int32_t>(std::max<int64_t>(1, 2048 / items));
+  u.items = FastDiv(items);
+  return u;
+}
+
 template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
-unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, int64_t n0,
-                        ColumnsLayout lay, FlatColumns f, bool pairs) {
-  const int32_t lc = static_cast<int32_t>(lay.lc), l0 = static_cast<int32_t>(lay.l0);
-  const int32_t width = static_cast<int32_t>(g.in[ND - 1]), out_last = static_cast<int32_t>(g.out[ND - 1]);
-  const int32_t step = static_cast<int32_t>(g.stride[ND - 1]);
-  const int64_t vectors = (f.total + V - 1) / V;
-  for (int64_t t = grid_start(); t < vectors; t += grid_step()) {
-    const int64_t e0 = t * V;
-    int64_t s, l64;
-    divmod(e0, lay.lc, s, l64);
-    int32_t l = static_cast<int32_t>(l64);
-    int32_t k[kMaxSpatial], o[kMaxSpatial];
-    int64_t plane = locate_segment<ND>(g, f, C, n0, s, k);
-    unravel_fast<ND>(l0 + l, f.out, o);
-    Pack<U, V> p;
-    if (!g.any_lhs_dilation && l + V <= lc && o[ND - 1] + V <= out_last && e0 + V <= f.total) {
-      // One line of one row: the outer coordinates once, then V reads along the line.
-      int32_t line = 0;
-      bool inside = true;
-#pragma unroll
-      for (int d = 0; d < ND - 1; ++d) {
-        const int32_t q = o[d] * static_cast<int32_t>(g.stride[d]) +
-                          k[d] * static_cast<int32_t>(g.rhs_dilation[d]) - static_cast<int32_t>(g.pad_lo[d]);
-        inside &= static_cast<uint32_t>(q) < static_cast<uint32_t>(g.in[d]);
-        line = line * static_cast<int32_t>(g.in[d]) + q;
-      }
-      const int32_t p0 = o[ND - 1] * step + k[ND - 1] * static_cast<int32_t>(g.rhs_dilation[ND - 1]) -
-                         static_cast<int32_t>(g.pad_lo[ND - 1]);
-      if (!inside) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) p.v[v] = U(0);
+unfold_cf_rows_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, int64_t n0,
+                      ColumnsLayout lay, WindowDivisors f, RowUnits u, bool pairs) {
+  const int32_t l0 = static_cast<int32_t>(lay.l0), vectors_per_row = static_cast<int32_t>(lay.lc / V);
+  const int32_t out_last = static_cast<int32_t>(g.out[ND - 1]);
+  const int32_t block_items = u.per_block * static_cast<int32_t>(u.items.d);
+  for (int64_t b = blockIdx.x; b * u.per_block < u.total; b += gridDim.x) {
+    for (int32_t i = threadIdx.x; i < block_items; i += blockDim.x) {
+      int32_t unit_in_block, r;
+      u.items.divmod(i, unit_in_block, r);
+      const int64_t unit = b * u.per_block + unit_in_block;
+      if (unit >= u.total) break;
+      int64_t plane, part, n, c;
+      divmod(unit, u.per_plane, plane, part);
+      const int32_t tap = r / kSpan, jv = static_cast<int32_t>(part) * kSpan + r % kSpan;
+      if (jv >= vectors_per_row) continue;
+      divmod(plane, C, n, c);
+      int32_t k[kMaxSpatial], o[kMaxSpatial];
+      unravel_fast<ND>(tap, f.kernel, k);
+      unravel_fast<ND>(l0 + jv * V, f.out, o);
+      const int64_t source = ((n0 + n) * C + c) * g.in_size;
+      Pack<U, V> p;
+      if (!g.any_lhs_dilation && o[ND - 1] + V <= out_last) {
+        p = read_on_line<ND, U, V>(x, source, g, o, k, pairs);
       } else {
-        const U* src = x + plane + static_cast<int64_t>(line) * width;
-        if constexpr (sizeof(U) == 2) {
-          if (pairs) {
-            p = read_line_pairs<V>(src, p0, width, reinterpret_cast<const uint32_t*>(x));
-          } else {
-            p = read_line<U, V>(src, p0, step, width);
-          }
-        } else {
-          p = read_line<U, V>(src, p0, step, width);
-        }
-      }
-    } else {
-      // Each element on its own: rows end and lines wrap inside the vector.
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        if (e0 + v < f.total) {
+        for (int v = 0; v < V; ++v, increment<ND>(o, g.out)) {
           int32_t origin[kMaxSpatial];
           window_origin<ND, int32_t>(g, o, origin);
-          const int32_t src = source_offset_at<ND, int32_t>(g, origin, k);
-          p.v[v] = src >= 0 ? __ldg(x + plane + src) : U(0);
-        } else {
-          p.v[v] = U(0);
-        }
-        if (++l == lc) {
-          l = 0;
-          plane = locate_segment<ND>(g, f, C, n0, ++s, k);
-          unravel_fast<ND>(l0, f.out, o);
-        } else {
-          increment<ND>(o, g.out);
+          const int32_t s = source_offset_at<ND, int32_t>(g, origin, k);
+          p.v[v] = s >= 0 ? __ldg(x + source + s) : U(0);
         }
       }
-    }
-    if (e0 + V <= f.total) {
-      *reinterpret_cast<Pack<U, V>*>(cols + e0) = p;
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (e0 + v < f.total) cols[e0 + v] = p.v[v];
+      *reinterpret_cast<Pack<U, V>*>(cols + n * lay.image_stride + (c * g.kernel_size + tap) * lay.row_stride +
+                                     static_cast<int64_t>(jv) * V) = p;
     }
   }
 }
@@ -248,7 +234,9 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
   Pack<TC, V> zero;
-  *reinterpret_cast<uint4*>(&zero) = make_uint4(0, 0, 0, 0);
+  unsigned char* zero_bytes = reinterpret_cast<unsigned char*>(&zero);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(zero)); ++i) zero_bytes[i] = 0;
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {
     int64_t line, run, plane, inner, n, c;
     divmod(t, static_cast<int64_t>(runs), line, run);
