@@ -886,6 +886,19 @@ def measure_ceilings(b: Bench, quick: bool):
   gbps = [r["gbps"] for r in copies if r.get("gbps")]
   if gbps:
     b.ceilings["copy_gbps"] = max(gbps)
+  # A stream that writes 9 bytes for each byte read, as a 3x3 unfold does: what
+  # the device's writes alone allow (XLA's broadcast fusion, torch's expand copy).
+  n9 = n_copy // 9
+  base = dict(section="ceiling", case="write9", dtype="f32", layout="", bytes=10 * n9 * 4)
+  sets = b.data.sets([(n9,)], jnp.float32)
+  writes = [b.run_jax(base, "broadcast", lambda x: jnp.broadcast_to(x[None], (9, n9)) * 1.0, sets)]
+  del sets
+  if torch is not None:
+    writes.append(b.run_torch(base, "torch expand copy", lambda: (
+        lambda src, dst: dst.copy_(src.expand(9, n9)), b.data.torch_sets([(n9,), (9, n9)], "f32"))))
+  gbps = [r["gbps"] for r in writes if r.get("gbps")]
+  if gbps:
+    b.ceilings["write9_gbps"] = max(gbps)
   m = (4096 if quick else 8192) if gpu else (512 if quick else 1024)
   for name, dtype, prec in [("f32_highest", jnp.float32, HIGHEST), ("f32_default", jnp.float32, None),
                             ("bf16", jnp.bfloat16, None)]:
@@ -1092,6 +1105,8 @@ def ceilings_lines(b: Bench) -> list:
   if c.get("copy_gbps"):
     bw = c["copy_gbps"]
     parts.append(f"copy {bw / 1e3:.2f} TB/s" if bw >= 1e3 else f"copy {bw:.1f} GB/s")
+  if c.get("write9_gbps"):
+    parts.append(f"write-heavy stream (1 byte read : 9 written) {c['write9_gbps'] / 1e3:.2f} TB/s")
   for k, label in [("gemm_f32_highest_tflops", "f32 HIGHEST"), ("gemm_f32_default_tflops", "f32 DEFAULT"),
                    ("gemm_bf16_tflops", "bf16")]:
     if c.get(k):

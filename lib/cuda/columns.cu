@@ -7,7 +7,8 @@
 // is paid once per run and stores are full vectors. fold: a gather over the
 // taps that read each element (taps_reading / for_each_tap_run), V elements
 // per thread: consecutive channels (channels-last) or consecutive elements of
-// a line stepped through their taps together (channels-first).
+// a line stepped through their taps together (channels-first; on aligned
+// vectors of the columns where lines allow, fold_vector.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,7 +17,7 @@
 #include <cstdint>
 
 #include "columns.h"
-#include "columns_vector.cuh"
+#include "fold_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
 
@@ -378,19 +379,6 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
-  if (!channels_last && aligned_to(cols, 16) && lay.lc % V == 0 && lay.row_stride % V == 0 &&
-      lay.image_stride % V == 0) {
-    // Words of 2-byte elements at unit stride: x starts on a word and holds
-    // whole words (see read_line_pairs).
-    const bool pairs = sizeof(U) == 2 && g.stride[ND - 1] == 1 && aligned_to(x, 4) &&
-                       ((n0 + nc) * C * g.in_size) % 2 == 0;
-    const RowUnits u = row_units(g, lay, nc * C, V);
-    const unsigned blocks = static_cast<unsigned>(
-        std::min<int64_t>((u.total + u.per_block - 1) / u.per_block, int64_t{1} << 20));
-    unfold_cf_rows_kernel<ND, U, V><<<blocks, kThreads, 0, stream>>>(x, cols, g, C, n0, lay,
-                                                                    WindowDivisors(g), u, pairs);
-    return cudaGetLastError();
-  }
   TilePlan t;
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
