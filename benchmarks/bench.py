@@ -1106,7 +1106,9 @@ def ceilings_lines(b: Bench) -> list:
     bw = c["copy_gbps"]
     parts.append(f"copy {bw / 1e3:.2f} TB/s" if bw >= 1e3 else f"copy {bw:.1f} GB/s")
   if c.get("write9_gbps"):
-    parts.append(f"write-heavy stream (1 byte read : 9 written) {c['write9_gbps'] / 1e3:.2f} TB/s")
+    w = c["write9_gbps"]
+    parts.append("write-heavy stream (1 byte read : 9 written) " +
+                 (f"{w / 1e3:.2f} TB/s" if w >= 1e3 else f"{w:.1f} GB/s"))
   for k, label in [("gemm_f32_highest_tflops", "f32 HIGHEST"), ("gemm_f32_default_tflops", "f32 DEFAULT"),
                    ("gemm_bf16_tflops", "bf16")]:
     if c.get(k):
