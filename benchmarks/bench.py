@@ -886,8 +886,15 @@ def measure_ceilings(b: Bench, quick: bool):
   gbps = [r["gbps"] for r in copies if r.get("gbps")]
   if gbps:
     b.ceilings["copy_gbps"] = max(gbps)
-  # A stream that writes 9 bytes for each byte read, as a 3x3 unfold does: what
-  # the device's writes alone allow (XLA's broadcast fusion, torch's expand copy).
+  # Writes alone (torch's fill of a preallocated buffer): the bound of a stream
+  # that mostly writes, as unfold does.
+  if torch is not None:
+    base = dict(section="ceiling", case="write", dtype="f32", layout="", bytes=n_copy * 4)
+    r = b.run_torch(base, "torch fill", lambda: (lambda dst: dst.fill_(1.0), b.data.torch_sets([(n_copy,)], "f32")))
+    if r.get("gbps"):
+      b.ceilings["write_gbps"] = r["gbps"]
+  # A stream that writes 9 bytes for each byte read, as a 3x3 unfold does, by
+  # the peers (XLA's broadcast fusion, torch's expand copy).
   n9 = n_copy // 9
   base = dict(section="ceiling", case="write9", dtype="f32", layout="", bytes=10 * n9 * 4)
   sets = b.data.sets([(n9,)], jnp.float32)
@@ -1105,6 +1112,9 @@ def ceilings_lines(b: Bench) -> list:
   if c.get("copy_gbps"):
     bw = c["copy_gbps"]
     parts.append(f"copy {bw / 1e3:.2f} TB/s" if bw >= 1e3 else f"copy {bw:.1f} GB/s")
+  if c.get("write_gbps"):
+    w = c["write_gbps"]
+    parts.append("write only " + (f"{w / 1e3:.2f} TB/s" if w >= 1e3 else f"{w:.1f} GB/s"))
   if c.get("write9_gbps"):
     w = c["write9_gbps"]
     parts.append("write-heavy stream (1 byte read : 9 written) " +
