@@ -327,10 +327,12 @@ def test_fold_matches_reference(platform, dtype, case):
 # the CUDA fold's vector kernel takes lines of output positions and of the
 # input that are whole vectors (the "fold-vector" cases, 8 elements wide: every
 # shift of the column entries a tap reads against the vector, with the
-# asymmetric padding).
+# asymmetric padding; "fold-half-vector", 12 wide: 8-byte vectors of 2-byte
+# types).
 LARGE_CASES = [
     pytest.param(Case.make((12, 32), (3, 3), stride=(2, 1), dilation=(1, 1),
                            padding=((1, 1), (3, 7)), c=5), id="2d-fold-vector"),
+    pytest.param(Case.make((6, 12), (3, 3), padding=((1, 1), (1, 1)), c=3), id="2d-fold-half-vector"),
     pytest.param(Case.make((64,), (5,), dilation=(3,), padding=((6, 6),), c=4), id="1d-fold-vector"),
     pytest.param(Case.make((4, 6, 16), (2, 3, 3), stride=(1, 2, 1), dilation=(1, 1, 2),
                            padding=((0, 1), (1, 1), (3, 1)), n=1, c=3), id="3d-fold-vector"),
