@@ -422,23 +422,25 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
-  // Whole 16-byte vectors of the columns, else 8-byte ones (lines of 28
-  // bfloat16 positions, say).
-  constexpr int Vh = V / 2 >= 2 ? V / 2 : V;
-  const int64_t lines = nc * C * (g.in_size / g.in[ND - 1]);
-  auto fold_vectors_apply = [&](int v) {
-    return !channels_last && fold_cf_vector_applies(g, lay, v) && aligned_to(cols, sizeof(TC) * v) &&
-           aligned_to(x, sizeof(TX) * v);
+  const int64_t width = g.in[ND - 1];
+  const int64_t lines = nc * C * (g.in_size / width);
+  // Channels-first on whole vectors of W elements of the columns, where the
+  // lines allow (fold_vector.cuh).
+  auto fold_vectors = [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    if (!fold_cf_vector_applies(g, lay, W) || !aligned_to(cols, sizeof(TC) * W) ||
+        !aligned_to(x, sizeof(TX) * W))
+      return false;
+    fold_cf_vector_kernel<ND, TC, TX, W><<<blocks_for(lines * (width / W)), kThreads, 0, stream>>>(
+        cols, x, g, C, n0, lay, lines, accumulate);
+    return true;
   };
-  if (fold_vectors_apply(V)) {
-    fold_cf_vector_kernel<ND, TC, TX, V><<<blocks_for(lines * (g.in[ND - 1] / V)), kThreads, 0, stream>>>(
-        cols, x, g, C, n0, lay, lines, accumulate);
-  } else if (Vh != V && fold_vectors_apply(Vh)) {
-    fold_cf_vector_kernel<ND, TC, TX, Vh><<<blocks_for(lines * (g.in[ND - 1] / Vh)), kThreads, 0, stream>>>(
-        cols, x, g, C, n0, lay, lines, accumulate);
-  } else if (!channels_last) {
-    const int64_t width = g.in[ND - 1];
-    const int64_t lines = nc * C * (g.in_size / width);
+  // 16-byte vectors, else 8-byte ones (lines of 28 bfloat16 positions, say).
+  constexpr int Vh = V / 2 >= 2 ? V / 2 : V;
+  if (!channels_last) {
+    if (fold_vectors(std::integral_constant<int, V>{}) ||
+        (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
+      return cudaGetLastError();
     const int64_t runs = (width + Vcf - 1) / Vcf;
     const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
     fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
