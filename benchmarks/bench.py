@@ -95,7 +95,7 @@ class Case:
   groups: int = 1
   lhs_dilation: tuple | None = None  # transposed convolution
   group: str = "suite"
-  ops: tuple = ("unfold", "fold", "fwd", "bwd", "dgrad", "wgrad")
+  ops: tuple = ("unfold", "fold", "fwd", "bwd", "dgrad", "wgrad", "cap")
   layouts: tuple = ("cf", "cl")
   dtypes: tuple = ("f32", "bf16")
   note: str = ""
@@ -866,10 +866,39 @@ def op_per_example(b: Bench, case: Case, dt: str, layout: str):
   b.run_torch(base, "torch", make)
 
 
+NO_CAP = 1 << 50  # a workspace cap no suite shape reaches
+
+
+def op_cap(b: Bench, case: Case, dt: str, layout: str):
+  """What the workspace cap costs: our forward and backward (one training
+  step's convolution) traced at the default cap ("ours") and with none
+  ("ours_nocap"), each with XLA's temp memory (the columns' workspace)."""
+  if OURS_CONV is None:
+    return b.skip(base_fields("cap", case, dt, layout), "ours", NO_OURS_CONV)
+  dtype = DTYPES[dt]
+  shapes = [x_shape(case, layout), w_shape(case, layout), y_shape(case, layout)]
+  base = base_fields("cap", case, dt, layout, flops=3 * conv_flops(case))
+  kw = conv_kwargs(case, layout)
+
+  def step(x, w, g):
+    y, vjp = jax.vjp(lambda x, w: OURS_CONV(x, w, **kw), x, w)
+    return (y, *vjp(g))
+
+  def uncapped(x, w, g):
+    with J.workspace_limit(NO_CAP):  # the cap is read at trace time
+      return step(x, w, g)
+
+  sets = b.data.sets(shapes, dtype)
+  b.run_jax(base, "ours", step, sets)
+  b.run_jax(base, "ours_nocap", uncapped, sets)
+
+
 OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex": op_per_example,
-       "dgrad": functools.partial(op_bwd, wrt="dgrad"), "wgrad": functools.partial(op_bwd, wrt="wgrad")}
+       "dgrad": functools.partial(op_bwd, wrt="dgrad"), "wgrad": functools.partial(op_bwd, wrt="wgrad"),
+       "cap": op_cap}
 # Asked for by name only (not by "extra"): the backward split into its two gradients.
 SPLIT_GRADS = ("dgrad", "wgrad")
+NAMED_ONLY = SPLIT_GRADS + ("cap",)
 
 
 def measure_ceilings(b: Bench, quick: bool):
@@ -937,7 +966,7 @@ def plan(args) -> list:
       if case.group != group:
         continue
       case_ops = [o for o in case.ops
-                  if o in ops or (group == "extra" and "extra" in ops and o not in SPLIT_GRADS)]
+                  if o in ops or (group == "extra" and "extra" in ops and o not in NAMED_ONLY)]
       for layout in case.layouts:
         if layout in layouts and layout_pass in (None, layout):
           out += [(case, dt, layout, op) for dt in case.dtypes if dt in dtypes for op in case_ops]
@@ -1015,6 +1044,10 @@ SECTIONS = {
                   ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")], derived=[]),
     "wgrad": dict(title="Convolution weight gradient alone (ms)", impls=["ours", "xla", "torch"],
                   ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")], derived=[]),
+    "cap": dict(title="Workspace cap: forward + backward at the default cap and with none (ms)",
+                impls=["ours", "ours_nocap"], ratios=[("cap/nocap", "ours", "ours_nocap")],
+                derived=[("temp MB", lambda row, c: row.get("ours", {}).get("temp_mb"), 1),
+                         ("nocap temp MB", lambda row, c: row.get("ours_nocap", {}).get("temp_mb"), 1)]),
     "unfold": dict(title="Unfold / im2col (ms); xla = conv_general_dilated_patches", impls=["ours", "xla", "torch"],
                    ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
                    derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
@@ -1277,7 +1310,8 @@ def parse_args(argv=None):
   p.add_argument("--only", default="ceil,unfold,fold,fwd,bwd,extra",
                  help="comma list of: ceil (copy + GEMM ceilings), unfold, fold, fwd, bwd, conv (= fwd,bwd), "
                       "dgrad, wgrad, grads (= dgrad,wgrad: input / weight gradient alone), "
-                      "pex (per-example grads), extra (every extra case's fwd/bwd/pex); fwd/bwd/conv/dgrad/"
+                      "pex (per-example grads), cap (forward + backward at the default workspace cap and "
+                      "with none), extra (every extra case's fwd/bwd/pex); fwd/bwd/conv/dgrad/"
                       "wgrad also run the extra cases' fwd/bwd/dgrad/wgrad")
   p.add_argument("--cases", default="", help="comma list of (substrings of) case names")
   p.add_argument("--dtypes", default="f32,bf16")
