@@ -1,0 +1,182 @@
+// The CUDA channels-first fold on vectors (lib/cuda/fold_vector.cuh) compiled
+// as host code and run thread by thread, against a float64 scatter of the
+// columns, over random geometries: every vector width the launcher uses
+// (16- and 8-byte), each dtype family, accumulation into x and chunks of
+// whole lines. The kernel uses no shared memory and no barrier, so running
+// its threads one after another computes what the GPU computes. Run by
+// tests/test_kernels_on_host.py; prints "N passed, M failed".
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+// What nvcc would provide: qualifiers, the thread indices, intrinsics.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+struct HostDim3 {
+  unsigned x = 0, y = 1, z = 1;
+};
+static HostDim3 blockIdx, threadIdx, blockDim, gridDim;
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((uint64_t{a} * b) >> 32); }
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+
+#include "cuda/fold_vector.cuh"
+
+using namespace im2col;
+using namespace im2col::cuda;
+
+namespace {
+
+std::mt19937 rng(20261123);
+int draw(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+template <typename Kernel>
+void launch(unsigned blocks, Kernel&& kernel) {
+  gridDim.x = blocks;
+  blockDim.x = kThreads;
+  for (unsigned b = 0; b < blocks; ++b) {
+    blockIdx.x = b;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      threadIdx.x = t;
+      kernel();
+    }
+  }
+}
+
+// Flat input offset read by output position l and tap k, -1 for padding.
+int64_t source(const Geometry& g, int64_t l, int64_t k) {
+  int64_t o[kMaxSpatial], kk[kMaxSpatial];
+  for (int d = g.nd - 1; d >= 0; --d) {
+    o[d] = l % g.out[d];
+    l /= g.out[d];
+    kk[d] = k % g.kernel[d];
+    k /= g.kernel[d];
+  }
+  int64_t flat = 0;
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t p = o[d] * g.stride[d] + kk[d] * g.rhs_dilation[d] - g.pad_lo[d];
+    if (p < 0 || p >= g.in[d]) return -1;
+    flat = flat * g.in[d] + p;
+  }
+  return flat;
+}
+
+// A geometry the kernel takes with vectors of V: unit stride along the last
+// dimension, lines of output positions and of the input a multiple of V.
+Geometry random_geometry(int nd, int V) {
+  Geometry g;
+  g.nd = nd;
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  for (int d = 0; d < nd; ++d) {
+    g.kernel[d] = draw(1, 4);
+    g.rhs_dilation[d] = draw(1, 3);
+    g.stride[d] = draw(1, 3);
+    g.pad_lo[d] = draw(-1, 3);
+    pad_hi[d] = draw(-1, 3);
+    g.in[d] = draw(1, 7);
+  }
+  const int last = nd - 1;
+  g.stride[last] = 1;
+  g.in[last] = V * draw(1, 3);
+  const int64_t window = (g.kernel[last] - 1) * g.rhs_dilation[last] + 1;
+  pad_hi[last] = V * draw(1, 3) - (g.in[last] + g.pad_lo[last] - window + 1);
+  finish_geometry(g, pad_hi);
+  return g;
+}
+
+template <typename T>
+T from_float(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return static_cast<T>(v);
+}
+
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return static_cast<double>(v);
+}
+
+// One random case; returns whether the kernel matched the reference.
+template <int ND, typename T, int V>
+bool one_case() {
+  const Geometry g = random_geometry(ND, V);
+  if (g.out_size <= 0) return true;
+  const int64_t C = draw(1, 4), N = draw(1, 3), n0 = draw(0, static_cast<int>(N) - 1);
+  const int64_t nc = draw(1, static_cast<int>(N - n0)), K = g.kernel_size;
+  // All lines, or a chunk of whole lines.
+  const int64_t lines = g.out_size / g.out[ND - 1];
+  const int64_t first = draw(0, static_cast<int>(lines) - 1), count = draw(1, static_cast<int>(lines - first));
+  const bool whole = draw(0, 1) == 0;
+  ColumnsLayout lay;
+  lay.l0 = whole ? 0 : first * g.out[ND - 1];
+  lay.lc = whole ? g.out_size : count * g.out[ND - 1];
+  lay.row_stride = lay.lc;
+  lay.image_stride = C * K * lay.lc;
+  const bool accumulate = draw(0, 1) == 1;
+  if (!fold_cf_vector_applies(g, lay, V)) {
+    std::printf("FAIL: the geometry drawn for V=%d does not apply\n", V);
+    return false;
+  }
+  // Small integers: every sum is exact in each type, so the check is equality.
+  std::vector<T> cols(nc * C * K * lay.lc), x(N * C * g.in_size);
+  for (auto& v : cols) v = from_float<T>(static_cast<float>(draw(-4, 4)));
+  for (auto& v : x) v = from_float<T>(static_cast<float>(draw(-4, 4)));
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = to_double(x[i]);
+  for (int64_t n = 0; n < nc; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      double* plane = want.data() + ((n0 + n) * C + c) * g.in_size;
+      if (!accumulate)
+        for (int64_t i = 0; i < g.in_size; ++i) plane[i] = 0;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t l = lay.l0; l < lay.l0 + lay.lc; ++l) {
+          const int64_t s = source(g, l, k);
+          if (s >= 0) plane[s] += to_double(cols[n * lay.image_stride + (c * K + k) * lay.row_stride + l - lay.l0]);
+        }
+    }
+  const int64_t x_lines = nc * C * (g.in_size / g.in[ND - 1]);
+  launch(blocks_for(x_lines * (g.in[ND - 1] / V)), [&] {
+    fold_cf_vector_kernel<ND, T, T, V>(cols.data(), x.data(), g, C, n0, lay, x_lines, accumulate);
+  });
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (to_double(x[i]) != want[i]) {
+      std::printf("FAIL: nd %d, %zu-byte elements, V %d, element %zu: got %g, want %g\n", ND, sizeof(T), V, i,
+                  to_double(x[i]), want[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  int passed = 0, failed = 0;
+  auto run = [&](bool ok) { ok ? ++passed : ++failed; };
+  for (int i = 0; i < 150; ++i) {
+    run(one_case<1, __nv_bfloat16, 8>());
+    run(one_case<2, __nv_bfloat16, 8>());
+    run(one_case<3, __nv_bfloat16, 8>());
+    run(one_case<2, __nv_bfloat16, 4>());
+    run(one_case<3, __half, 4>());
+    run(one_case<1, float, 4>());
+    run(one_case<2, float, 4>());
+    run(one_case<3, float, 2>());
+    run(one_case<2, double, 2>());
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
