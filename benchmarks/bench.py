@@ -896,7 +896,8 @@ def op_cap(b: Bench, case: Case, dt: str, layout: str):
 OPS = {"unfold": op_unfold, "fold": op_fold, "fwd": op_fwd, "bwd": op_bwd, "pex": op_per_example,
        "dgrad": functools.partial(op_bwd, wrt="dgrad"), "wgrad": functools.partial(op_bwd, wrt="wgrad"),
        "cap": op_cap}
-# Asked for by name only (not by "extra"): the backward split into its two gradients.
+# Asked for by name only (not by "extra"): the backward split into its two
+# gradients, and the workspace cap's cost.
 SPLIT_GRADS = ("dgrad", "wgrad")
 NAMED_ONLY = SPLIT_GRADS + ("cap",)
 
@@ -1142,16 +1143,11 @@ def summary_table(rows: dict) -> list:
 def ceilings_lines(b: Bench) -> list:
   c = b.ceilings
   parts = []
-  if c.get("copy_gbps"):
-    bw = c["copy_gbps"]
-    parts.append(f"copy {bw / 1e3:.2f} TB/s" if bw >= 1e3 else f"copy {bw:.1f} GB/s")
-  if c.get("write_gbps"):
-    w = c["write_gbps"]
-    parts.append("write only " + (f"{w / 1e3:.2f} TB/s" if w >= 1e3 else f"{w:.1f} GB/s"))
-  if c.get("write9_gbps"):
-    w = c["write9_gbps"]
-    parts.append("write-heavy stream (1 byte read : 9 written) " +
-                 (f"{w / 1e3:.2f} TB/s" if w >= 1e3 else f"{w:.1f} GB/s"))
+  rate = lambda gbps: f"{gbps / 1e3:.2f} TB/s" if gbps >= 1e3 else f"{gbps:.1f} GB/s"
+  for key, label in [("copy_gbps", "copy"), ("write_gbps", "write only"),
+                     ("write9_gbps", "write-heavy stream (1 byte read : 9 written)")]:
+    if c.get(key):
+      parts.append(f"{label} {rate(c[key])}")
   for k, label in [("gemm_f32_highest_tflops", "f32 HIGHEST"), ("gemm_f32_default_tflops", "f32 DEFAULT"),
                    ("gemm_bf16_tflops", "bf16")]:
     if c.get(k):
