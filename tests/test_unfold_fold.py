@@ -322,13 +322,11 @@ def test_fold_matches_reference(platform, dtype, case):
 # Images large enough that the CUDA unfold splits them over several bands of
 # output rows (its shared-memory tiles), with a partial last band; few
 # channels (the channels-last tiled kernel) and many (the vector kernel).
-# Channels-first, the CUDA unfold writes 16-byte vectors that lie on one line
-# of output positions (long lines) or span lines and rows (odd line lengths);
-# the CUDA fold's vector kernel takes lines of output positions and of the
-# input that are whole vectors (the "fold-vector" cases, 8 elements wide: every
-# shift of the column entries a tap reads against the vector, with the
-# asymmetric padding; "fold-half-vector", 12 wide: 8-byte vectors of 2-byte
-# types).
+# Channels-first, the CUDA fold's vector kernel takes lines of output
+# positions and of the input that are whole vectors (the "fold-vector" cases,
+# 8 elements wide: every shift of the column entries a tap reads against the
+# vector, with the asymmetric padding; "fold-half-vector", 12 wide: 8-byte
+# vectors of 2-byte types).
 LARGE_CASES = [
     pytest.param(Case.make((12, 32), (3, 3), stride=(2, 1), dilation=(1, 1),
                            padding=((1, 1), (3, 7)), c=5), id="2d-fold-vector"),
