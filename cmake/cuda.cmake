@@ -63,8 +63,12 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/module.cc
   lib/cuda/blas_handles.cc
   lib/cuda/columns.cu
+  lib/cuda/columns_tma.cu
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu
+  lib/cuda/direct_filter_1d.cu
+  lib/cuda/direct_filter_2d.cu
+  lib/cuda/direct_filter_3d.cu
   lib/cuda/grouped_conv.cu
   lib/cuda/implicit_filter_gradient.cu
   lib/cuda/implicit_gemm.cu

@@ -1109,6 +1109,11 @@ WS_CASES = {
                       specs=("NHWC", "HWIO", "NHWC"), groups=1),
     "grouped": dict(x=(3, 6, 20, 21), w=(9, 2, 3, 3), pad="SAME", strides=(2, 1), specs=None,
                     groups=3),
+    # Chunks of whole rows of positions, channels-first (at the larger cap):
+    # on Hopper the copy engine's unfold and its fold, which adds each chunk to
+    # the sums of the ones before.
+    "position-rows": dict(x=(2, 4, 24, 8), w=(5, 4, 3, 3), pad="SAME", strides=(1, 1), specs=None,
+                          groups=1),
 }
 
 
@@ -1180,6 +1185,13 @@ def test_workspace_limit_forces_chunking_in_the_lowering():
   images, chunk = _chunk_attrs(_cuda_text(lambda x, w: conv(x, w, **kw), x, w),
                                "jax_im2col_conv_forward")
   assert (images, chunk) == (2, positions)
+
+  # Chunks of 64 positions (C * K * 8 = 288 bytes each), 8 whole rows of 8.
+  x, w, kw = _ws_args(WS_CASES["position-rows"])
+  with jax_im2col.workspace_limit(20000):
+    text = _cuda_text(jax.value_and_grad(lambda x, w: jnp.sum(conv(x, w, **kw) ** 2), (0, 1)), x, w)
+    for target in ("jax_im2col_conv_forward", "jax_im2col_conv_backward_data"):
+      assert _chunk_attrs(text, target) == (1, 64)
 
 
 def test_cpu_splits_one_image_into_row_chunks_under_the_cap():
