@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "columns_tma.h"
+#include "columns_tma_plan.h"
 #include "handlers.h"
 #include "implicit_gemm.h"
 #include "nanobind/nanobind.h"

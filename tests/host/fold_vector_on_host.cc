@@ -5,43 +5,20 @@
 // whole lines. The kernel uses no shared memory and no barrier, so running
 // its threads one after another computes what the GPU computes. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
-// What nvcc would provide: qualifiers, the thread indices, intrinsics.
-#undef __global__
-#undef __device__
-#undef __host__
-#undef __forceinline__
-#undef __launch_bounds__
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-struct HostDim3 {
-  unsigned x = 0, y = 1, z = 1;
-};
-static HostDim3 blockIdx, threadIdx, blockDim, gridDim;
-inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((uint64_t{a} * b) >> 32); }
-inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
-
+#include "host_cuda.h"
+#include "host_reference.h"
 #include "cuda/fold_vector.cuh"
 
 using namespace im2col;
 using namespace im2col::cuda;
 
 namespace {
-
-std::mt19937 rng(20261123);
-int draw(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
 template <typename Kernel>
 void launch(unsigned blocks, Kernel&& kernel) {
@@ -54,24 +31,6 @@ void launch(unsigned blocks, Kernel&& kernel) {
       kernel();
     }
   }
-}
-
-// Flat input offset read by output position l and tap k, -1 for padding.
-int64_t source(const Geometry& g, int64_t l, int64_t k) {
-  int64_t o[kMaxSpatial], kk[kMaxSpatial];
-  for (int d = g.nd - 1; d >= 0; --d) {
-    o[d] = l % g.out[d];
-    l /= g.out[d];
-    kk[d] = k % g.kernel[d];
-    k /= g.kernel[d];
-  }
-  int64_t flat = 0;
-  for (int d = 0; d < g.nd; ++d) {
-    const int64_t p = o[d] * g.stride[d] + kk[d] * g.rhs_dilation[d] - g.pad_lo[d];
-    if (p < 0 || p >= g.in[d]) return -1;
-    flat = flat * g.in[d] + p;
-  }
-  return flat;
 }
 
 // A geometry the kernel takes with vectors of V: unit stride along the last
@@ -95,18 +54,6 @@ Geometry random_geometry(int nd, int V) {
   pad_hi[last] = V * draw(1, 3) - (g.in[last] + g.pad_lo[last] - window + 1);
   finish_geometry(g, pad_hi);
   return g;
-}
-
-template <typename T>
-T from_float(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else return static_cast<T>(v);
-}
-
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
-  else return static_cast<double>(v);
 }
 
 // One random case; returns whether the kernel matched the reference.

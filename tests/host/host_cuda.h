@@ -1,0 +1,31 @@
+// What nvcc would provide to the CUDA kernels and device functions that the
+// host tests (tests/host/*.cc) compile as host code: qualifiers, the thread
+// indices, intrinsics, and the overloads of min / max that device code
+// finds unqualified. Include before the CUDA sources.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+struct HostDim3 {
+  unsigned x = 0, y = 1, z = 1;
+};
+static HostDim3 blockIdx, threadIdx, blockDim, gridDim;
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((uint64_t{a} * b) >> 32); }
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+using std::max;
+using std::min;

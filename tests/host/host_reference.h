@@ -1,0 +1,46 @@
+// Shared pieces of the host tests' references (tests/host/*.cc): random
+// draws, the input offset a window reads, and element conversions.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <type_traits>
+
+#include "geometry.h"
+
+namespace im2col {
+
+inline std::mt19937 rng(20261123);
+inline int draw(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+// Flat input offset read by output position l and tap k, -1 for padding.
+inline int64_t source(const Geometry& g, int64_t l, int64_t k) {
+  int64_t o[kMaxSpatial], kk[kMaxSpatial];
+  for (int d = g.nd - 1; d >= 0; --d) {
+    o[d] = l % g.out[d];
+    l /= g.out[d];
+    kk[d] = k % g.kernel[d];
+    k /= g.kernel[d];
+  }
+  int64_t flat = 0;
+  for (int d = 0; d < g.nd; ++d) {
+    const int64_t p = o[d] * g.stride[d] + kk[d] * g.rhs_dilation[d] - g.pad_lo[d];
+    if (p < 0 || p >= g.in[d]) return -1;
+    flat = flat * g.in[d] + p;
+  }
+  return flat;
+}
+
+template <typename T>
+T from_float(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return static_cast<T>(v);
+}
+
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
+  else return static_cast<double>(v);
+}
+
+}  // namespace im2col
