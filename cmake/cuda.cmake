@@ -63,8 +63,6 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/module.cc
   lib/cuda/blas_handles.cc
   lib/cuda/columns.cu
-  lib/cuda/columns_tma.cu
-  lib/cuda/columns_tma_plan.cc
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu
   lib/cuda/direct_filter_1d.cu

@@ -1110,8 +1110,7 @@ WS_CASES = {
     "grouped": dict(x=(3, 6, 20, 21), w=(9, 2, 3, 3), pad="SAME", strides=(2, 1), specs=None,
                     groups=3),
     # Chunks of whole rows of positions, channels-first (at the larger cap):
-    # on Hopper the copy engine's unfold and its fold, which adds each chunk to
-    # the sums of the ones before.
+    # the vector fold, adding each chunk to the sums of the ones before.
     "position-rows": dict(x=(2, 4, 24, 8), w=(5, 4, 3, 3), pad="SAME", strides=(1, 1), specs=None,
                           groups=1),
 }

@@ -327,22 +327,16 @@ def test_fold_matches_reference(platform, dtype, case):
 # 8 elements wide: every shift of the column entries a tap reads against the
 # vector, with the asymmetric padding; "fold-half-vector", 12 wide: 8-byte
 # vectors of 2-byte types).
-# Channels-first calls on Hopper whose last dimension has unit stride and
-# lines of whole 16-byte vectors go to the copy engine's kernels
-# (columns_tma.cu): boxes of whole rows of dimension 0, several bands of them
-# with a partial last one (the band depends on the element size), taps that
-# leave the plane (padding, cropping), element strides on outer dimensions
-# (unfold only), 1-d boxes of 256 positions. test_copy_engine_routing checks
-# that these take that path.
-TMA_CASES = {
-    "2d-tma-bands": Case.make((160, 64), (3, 3), dilation=(2, 1), padding=((2, 2), (1, 1))),
-    "2d-tma-crop": Case.make((20, 24), (2, 3), dilation=(3, 1), padding=((-2, 1), (0, 2)), c=2),
-    "3d-tma": Case.make((5, 8, 16), (3, 3, 3), dilation=(1, 1, 2),
-                        padding=((1, 1), (1, 1), (2, 2)), n=1, c=2),
-    "1d-tma-bands": Case.make((1000,), (3,), padding=((1, 1),)),
+# More large geometries: several bands of the tiled kernels and the vector
+# fold's lines (tall images), taps that leave the plane on both sides
+# (padding, cropping), a dilated 3-d window, a long 1-d line.
+MORE_LARGE_CASES = {
+    "2d-tall": Case.make((160, 64), (3, 3), dilation=(2, 1), padding=((2, 2), (1, 1))),
+    "2d-crop": Case.make((20, 24), (2, 3), dilation=(3, 1), padding=((-2, 1), (0, 2)), c=2),
+    "3d-dilated": Case.make((5, 8, 16), (3, 3, 3), dilation=(1, 1, 2),
+                            padding=((1, 1), (1, 1), (2, 2)), n=1, c=2),
+    "1d-1000": Case.make((1000,), (3,), padding=((1, 1),)),
 }
-# Cases of LARGE_CASES whose unfold takes the copy engine too (outer strides).
-TMA_UNFOLD_ONLY = ["2d-fold-vector", "3d-fold-vector"]
 
 LARGE_CASES = [
     pytest.param(Case.make((12, 32), (3, 3), stride=(2, 1), dilation=(1, 1),
@@ -359,7 +353,7 @@ LARGE_CASES = [
                            padding=((1, 1), (2, 2), (1, 0)), n=1), id="3d"),
     pytest.param(Case.make((61, 45), (3, 3), padding=((1, 1), (1, 1)), n=1, c=16),
                  id="2d-16-channels"),
-] + [pytest.param(case, id=name) for name, case in TMA_CASES.items()]
+] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -377,9 +371,9 @@ def test_large_images_against_reference(platform, layout, dtype, case):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("case", list(TMA_CASES.values()), ids=list(TMA_CASES))
-def test_copy_engine_cases_float16(platform, case):
-  """The copy engine's cases in float16 (LARGE_CASES has the other dtypes)."""
+@pytest.mark.parametrize("case", list(MORE_LARGE_CASES.values()), ids=list(MORE_LARGE_CASES))
+def test_more_large_cases_float16(platform, case):
+  """MORE_LARGE_CASES in float16 (LARGE_CASES has the other dtypes)."""
   dtype = np.dtype(np.float16)
   x = random_values(case.rng(), case.image_shape(), dtype)
   cols = random_integers(case.rng(), case.cols_shape(), dtype, bound=500)
@@ -390,52 +384,10 @@ def test_copy_engine_cases_float16(platform, case):
   assert_bits_equal(got_x, case.ref_fold(cols).astype(dtype))
 
 
-def _copy_engine_plan(kind, case, elem_bytes):
-  from jax_im2col import _ffi
-  padding = [v for pair in case.padding for v in pair]
-  return _ffi._cuda.columns_tma_plan(kind, list(case.spatial), list(case.kernel), list(case.stride),
-                                     list(case.dilation), padding, case.c, case.n, elem_bytes)
-
-
-@pytest.mark.skipif(not ji.has_cuda(), reason="the CUDA module was not built")
-def test_copy_engine_routing():
-  """Which channels-first geometries the Hopper copy-engine kernels take. The
-  plans are host code, so this runs without a GPU and keeps the GPU runs of
-  LARGE_CASES pointed at those kernels."""
-  large = {p.id: p.values[0] for p in LARGE_CASES}
-  for nbytes in (2, 4, 8):
-    for name in TMA_CASES:
-      for kind in ("unfold", "fold"):
-        assert _copy_engine_plan(kind, large[name], nbytes) is not None, (name, kind, nbytes)
-    for name in TMA_UNFOLD_ONLY:  # outer strides: the fold has no box for them
-      assert _copy_engine_plan("unfold", large[name], nbytes) is not None, (name, nbytes)
-      assert _copy_engine_plan("fold", large[name], nbytes) is None, (name, nbytes)
-    for kind in ("unfold", "fold"):  # a strided last dimension
-      assert _copy_engine_plan(kind, large["2d-stem"], nbytes) is None
-  # Lines of 12 elements are whole 16-byte vectors from 4-byte elements on.
-  assert _copy_engine_plan("unfold", large["2d-fold-half-vector"], 2) is None
-  assert _copy_engine_plan("unfold", large["2d-fold-half-vector"], 4) is not None
-  # Several bands of rows in every case, a partial last one in some; 1-d
-  # boxes within the copy engine's 256 elements.
-  partial = 0
-  for name in ("2d-tma-bands", "1d-tma-bands"):
-    case = large[name]
-    for kind in ("unfold", "fold"):
-      for nbytes in (2, 4, 8):
-        plan = _copy_engine_plan(kind, case, nbytes)
-        rows = case.out_spatial[0] if kind == "unfold" else case.spatial[0]
-        assert plan["bands"] >= 2 and (plan["bands"] - 1) * plan["band"] < rows <= plan["bands"] * plan["band"]
-        assert plan["band"] <= 256
-        partial += rows < plan["bands"] * plan["band"]
-  assert partial > 0
-  with pytest.raises(ValueError, match="malformed"):
-    _copy_engine_plan("gather", large["1d-tma-bands"], 4)
-
-
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("layout, case", [
     ("channels_last", Case.make((11, 10), (3, 2), stride=(2, 1), padding=((1, 1), (0, 1)), n=2, c=5)),
-    # The copy engine's kernels on Hopper, whose tensor maps hold the buffers' addresses.
+    # Lines of whole vectors: the channels-first fold's vector kernel.
     ("channels_first", Case.make((10, 16), (3, 3), padding=((1, 1), (1, 1)), n=2, c=5)),
 ], ids=["channels_last", "channels_first"])
 def test_compiled_chain_replays_with_fresh_inputs(platform, layout, case):
@@ -845,13 +797,13 @@ GPU_ONLY = [p for p in PLATFORMS if p.id == "gpu"]
 @pytest.mark.parametrize("platform", GPU_ONLY)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n, c, size, k", [(1, 3, 1024, 27), (64, 8, 256, 9)],
-                         ids=["one-image", "copy-engine"])
+                         ids=["one-image", "many-images"])
 def test_unfold_and_fold_past_int32_indices(platform, layout, n, c, size, k):
-  """float16 columns of more than 2**31 elements (4.6 and 5.4 GB; the second
-  geometry takes the copy engine's kernels channels-first on Hopper): sampled
-  columns and the last row of the last image against the reference, and the
-  fold back, which is x times the number of windows covering each pixel
-  (exact: 11-bit values times counts <= k*k are exact float32 sums)."""
+  """float16 columns of more than 2**31 elements (4.6 GB in one image, 5.4 GB
+  over 64 images, where the image offsets pass 2**31): sampled columns and
+  the last row of the last image against the reference, and the fold back,
+  which is x times the number of windows covering each pixel (exact: 11-bit
+  values times counts <= k*k are exact float32 sums)."""
   pad = k // 2
   rng = np.random.default_rng(0)
   x = rng.standard_normal((n, c, size, size)).astype(np.float16)

@@ -1,8 +1,5 @@
 // CUDA unfold (im2col) and fold (col2im as a gather) kernels.
 //
-// Channels-first calls on Hopper take the copy engine's kernels where they
-// apply (columns_tma.cu); the kernels here serve the rest.
-//
 // unfold: the tiled kernels below (input staged in shared memory, tile.cuh)
 // where the tile fits and pays; otherwise, and for wide channels-last rows,
 // kernels in which a thread handles a run of V elements contiguous in the
@@ -20,7 +17,6 @@
 #include <cstdint>
 
 #include "columns.h"
-#include "columns_tma.h"
 #include "fold_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
@@ -470,10 +466,6 @@ cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
                           int64_t nc, const ColumnsLayout& layout,
                           bool channels_last, cudaStream_t stream) {
   if (nc <= 0 || layout.lc <= 0 || channels <= 0) return cudaSuccess;
-  if (!channels_last) {
-    const cudaError_t e = unfold_cf_tma(x, cols, elem_bytes, g, channels, n0, nc, layout, stream);
-    if (e != cudaErrorNotSupported) return e;
-  }
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_element_bytes(elem_bytes, [&](auto tag) {
@@ -489,11 +481,6 @@ cudaError_t launch_fold(const void* cols, DataType cols_type, void* x,
                         bool channels_last, bool accumulate,
                         cudaStream_t stream) {
   if (nc <= 0 || channels <= 0 || g.in_size <= 0) return cudaSuccess;
-  if (!channels_last) {
-    const cudaError_t e = fold_cf_tma(cols, cols_type, x, x_type, g, channels, n0, nc, layout,
-                                      accumulate, stream);
-    if (e != cudaErrorNotSupported) return e;
-  }
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
 #define IM2COL_FOLD(TC, TX) \

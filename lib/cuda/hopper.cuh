@@ -1,7 +1,6 @@
-// Hopper (sm_90a) primitives for the implicit GEMM (implicit_gemm_sm90.cu) and
-// the channels-first columns (columns_tma.cu): warpgroup MMA ordering,
-// shared-memory matrix descriptors, mbarriers, tensor-memory-access (TMA)
-// copies and bulk stores. Defined only where IM2COL_WGMMA is: in
+// Hopper (sm_90a) primitives for the implicit GEMM (implicit_gemm_sm90.cu):
+// warpgroup MMA ordering, shared-memory matrix descriptors, mbarriers and
+// tensor-memory-access (TMA) copies. Defined only where IM2COL_WGMMA is: in
 // device code compiled for sm_90a.
 #pragma once
 
@@ -83,64 +82,6 @@ __device__ __forceinline__ void tma_tile_2d(uint32_t dst, const CUtensorMap* map
       " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x0), "r"(x1)
       : "memory");
-}
-
-// A box of a tiled map of rank R (1-5) at coordinates c (innermost first)
-// into dst, completing on bar; elements outside the tensor read as zeros.
-template <int R>
-__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                         const int32_t (&c)[R]) {
-  const uint64_t m = reinterpret_cast<uint64_t>(map);
-  if constexpr (R == 1) {
-    asm volatile(
-        "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3}], [%2];\n" ::"r"(dst), "l"(m), "r"(bar), "r"(c[0])
-        : "memory");
-  } else if constexpr (R == 2) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1])
-        : "memory");
-  } else if constexpr (R == 3) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst), "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]),
-        "r"(c[2])
-        : "memory");
-  } else if constexpr (R == 4) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst), "l"(m), "r"(bar), "r"(c[0]),
-        "r"(c[1]), "r"(c[2]), "r"(c[3])
-        : "memory");
-  } else {
-    static_assert(R == 5, "tensor maps have rank 1 to 5");
-    asm volatile(
-        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(dst), "l"(m), "r"(bar), "r"(c[0]),
-        "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])
-        : "memory");
-  }
-}
-
-// Bulk copies from shared to global memory (bytes and both addresses
-// multiples of 16), tracked in bulk groups of the issuing thread.
-__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Until at most Pending of this thread's bulk groups still read shared memory.
-template <int Pending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
-}
-// Until every bulk group of this thread has completed (its writes done).
-__device__ __forceinline__ void bulk_wait_all() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // A column of the im2col map: pixels from the window corner (w, h, d) of image

@@ -1,7 +1,6 @@
-// TMA tensor maps of the Hopper kernels (implicit_gemm_sm90.cu, the implicit
-// filter gradient, columns_tma.cu): the driver's encoders, looked up once (no
-// link to libcuda), the channels-last image as an im2col map, and plain tiled
-// maps. Host code.
+// TMA tensor maps of the Hopper kernels (implicit_gemm_sm90.cu, and the
+// implicit filter gradient): the driver's encoders, looked up once (no link to
+// libcuda), and the channels-last image as an im2col map. Host code.
 #pragma once
 
 #include <cuda.h>
@@ -116,24 +115,6 @@ bool encode_rows_map(CUtensorMap* map, const void* p, int64_t rows, int64_t cols
   const cuuint32_t ones[2] = {1, 1};
   return e.tiled(map, map_type<T>(), 2, const_cast<void*>(p), dims, strides, box, ones,
                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// A tensor of `rank` dimensions (innermost first: dims[0] contiguous, the
-// others `strides` bytes apart) of elem_bytes-byte elements, as a tiled map
-// with boxes of `box` elements every `element_strides` apart (the innermost
-// stride must be 1), not swizzled; out-of-range elements read as zeros. Only
-// the bits are moved, so the element type is an unsigned integer of that size.
-inline bool encode_tiled_map(CUtensorMap* map, size_t elem_bytes, int rank, const void* base,
-                             const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                             const cuuint32_t* element_strides) {
-  const TensorMapEncoders& e = tensor_map_encoders();
-  if (!e.tiled) return false;
-  const CUtensorMapDataType type = elem_bytes == 2   ? CU_TENSOR_MAP_DATA_TYPE_UINT16
-                                   : elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
-                                                     : CU_TENSOR_MAP_DATA_TYPE_UINT64;
-  return e.tiled(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
-                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
