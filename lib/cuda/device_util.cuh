@@ -18,25 +18,6 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-// Elements [S, S + V) of the 2V consecutive elements (a, b).
-template <int S, typename U, int V>
-__device__ __forceinline__ Pack<U, V> take_shifted(const Pack<U, V>& a, const Pack<U, V>& b) {
-  Pack<U, V> r;
-#pragma unroll
-  for (int v = 0; v < V; ++v) r.v[v] = S + v < V ? a.v[S + v] : b.v[S + v - V];
-  return r;
-}
-
-// Elements [shift, shift + V) of (a, b), 0 <= shift < V: one compiled case
-// per shift (a warp-uniform branch where the shift is the same across it).
-template <typename U, int V, int S = 0>
-__device__ __forceinline__ Pack<U, V> shifted(const Pack<U, V>& a, const Pack<U, V>& b, int shift) {
-  if constexpr (S + 1 < V) {
-    if (shift != S) return shifted<U, V, S + 1>(a, b, shift);
-  }
-  return take_shifted<S>(a, b);
-}
-
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
 

@@ -25,15 +25,28 @@ inline bool fold_cf_vector_applies(const Geometry& g, const ColumnsLayout& lay, 
          lay.image_stride % V == 0;
 }
 
-// acc[v] += the column entry of element v: entry shift + v of the pair (a, b),
+// acc[v] += the column entry of element v: entry S + v of the pair (a, b),
 // where it lies on the line (0 <= first + v < out_last).
-template <typename TC, typename A, int V>
-__device__ __forceinline__ void add_shifted(int32_t shift, A* acc, const Pack<TC, V>& a, const Pack<TC, V>& b,
+template <int S, typename TC, typename A, int V>
+__device__ __forceinline__ void add_shifted(A* acc, const Pack<TC, V>& a, const Pack<TC, V>& b,
                                             int32_t first, int32_t out_last) {
-  const Pack<TC, V> s = shifted<TC, V>(a, b, shift);
 #pragma unroll
-  for (int v = 0; v < V; ++v)
-    if (static_cast<uint32_t>(first + v) < static_cast<uint32_t>(out_last)) acc[v] += static_cast<A>(to_acc(s.v[v]));
+  for (int v = 0; v < V; ++v) {
+    const TC e = S + v < V ? a.v[S + v] : b.v[S + v - V];
+    if (static_cast<uint32_t>(first + v) < static_cast<uint32_t>(out_last)) acc[v] += static_cast<A>(to_acc(e));
+  }
+}
+
+template <int S, typename TC, typename A, int V>
+__device__ __forceinline__ void add_shifted_by(int32_t shift, A* acc, const Pack<TC, V>& a, const Pack<TC, V>& b,
+                                               int32_t first, int32_t out_last) {
+  if constexpr (S < V) {
+    if (shift == S) {
+      add_shifted<S>(acc, a, b, first, out_last);
+    } else {
+      add_shifted_by<S + 1>(shift, acc, a, b, first, out_last);
+    }
+  }
 }
 
 template <int ND, typename TC, typename TX, int V>
@@ -84,7 +97,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
         const Pack<TC, V> b = shift != 0 && base + V < out_last
                                   ? *reinterpret_cast<const Pack<TC, V>*>(row + base + V)
                                   : zero;
-        add_shifted(shift, acc, a, b, first, out_last);
+        add_shifted_by<0>(shift, acc, a, b, first, out_last);
       }
     });
     Pack<TX, V> p;
