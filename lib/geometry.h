@@ -362,6 +362,14 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
   return t;
 }
 
+// With unit stride and no lhs dilation along d: the output position whose
+// tap k reads input coordinate q (taps_reading's runs, one tap at a time);
+// outside [0, out[d]) where none does.
+template <typename I>
+IM2COL_HD I unit_stride_position(const Geometry& g, int d, I q, I k) {
+  return q + static_cast<I>(g.pad_lo[d]) - k * static_cast<I>(g.rhs_dilation[d]);
+}
+
 namespace detail {
 template <int D, int END, typename I, typename Fn>
 IM2COL_HD void tap_nest(const Geometry& g, const TapRun<I>* runs, I k_flat,

@@ -422,10 +422,22 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
+  if (channels_last) {
+    const int64_t rows = nc * g.in_size;
+    const int64_t Cg = C / lay.groups;
+    if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
+      fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, rows, C / V, accumulate);
+    } else {
+      fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, rows, C, accumulate);
+    }
+    return cudaGetLastError();
+  }
   const int64_t width = g.in[ND - 1];
   const int64_t lines = nc * C * (g.in_size / width);
-  // Channels-first on whole vectors of W elements of the columns, where the
-  // lines allow (fold_vector.cuh).
+  // On whole vectors of W elements of the columns, where the lines allow
+  // (fold_vector.cuh).
   auto fold_vectors = [&](auto w) {
     constexpr int W = decltype(w)::value;
     if (!fold_cf_vector_applies(g, lay, W) || !aligned_to(cols, sizeof(TC) * W) ||
@@ -437,25 +449,13 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   };
   // 16-byte vectors, else 8-byte ones (lines of 28 bfloat16 positions, say).
   constexpr int Vh = V / 2 >= 2 ? V / 2 : V;
-  if (!channels_last) {
-    if (fold_vectors(std::integral_constant<int, V>{}) ||
-        (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
-      return cudaGetLastError();
-    const int64_t runs = (width + Vcf - 1) / Vcf;
-    const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
-    fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
-        cols, x, g, C, n0, lay, lines, runs, accumulate, vec);
-  } else {
-    const int64_t rows = nc * g.in_size;
-    const int64_t Cg = C / lay.groups;
-    if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
-      fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-          cols, x, g, C, n0, lay, rows, C / V, accumulate);
-    } else {
-      fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
-          cols, x, g, C, n0, lay, rows, C, accumulate);
-    }
-  }
+  if (fold_vectors(std::integral_constant<int, V>{}) ||
+      (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
+    return cudaGetLastError();
+  const int64_t runs = (width + Vcf - 1) / Vcf;
+  const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
+  fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
+      cols, x, g, C, n0, lay, lines, runs, accumulate, vec);
   return cudaGetLastError();
 }
 

@@ -57,14 +57,9 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   const int32_t width = static_cast<int32_t>(g.in[ND - 1]);
   const int32_t runs = width / V;
   const int32_t out_last = static_cast<int32_t>(g.out[ND - 1]), kw = static_cast<int32_t>(g.kernel[ND - 1]);
-  const int32_t dilation = static_cast<int32_t>(g.rhs_dilation[ND - 1]);
-  const int32_t pad = static_cast<int32_t>(g.pad_lo[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
-  Pack<TC, V> zero;
-  unsigned char* zero_bytes = reinterpret_cast<unsigned char*>(&zero);
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(zero)); ++i) zero_bytes[i] = 0;
+  const Pack<TC, V> zero{};
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {
     int64_t line, run, plane, inner, n, c;
     divmod(t, static_cast<int64_t>(runs), line, run);
@@ -90,7 +85,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
       if (line_start < l0 || line_start >= l0 + lc) return;  // lines are whole in the chunk
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
       for (int32_t j = 0; j < kw; ++j, row += lay.row_stride) {
-        const int32_t first = w0 + pad - j * dilation;  // output position of element 0
+        const int32_t first = unit_stride_position<int32_t>(g, ND - 1, w0, j);  // of element 0
         if (first + V <= 0 || first >= out_last) continue;
         const int32_t shift = first & (V - 1), base = first - shift;
         const Pack<TC, V> a = base >= 0 ? *reinterpret_cast<const Pack<TC, V>*>(row + base) : zero;
