@@ -218,6 +218,19 @@ DEPTHWISE_CASES = {
     # gradient, looping over depth taps (some in the padding).
     "3d-s1": dict(nd=3, c=16, spatial=(5, 9, 11), kernel=(3, 3, 3), strides=(1, 1, 1),
                   padding="SAME", rhs_dilation=(1, 2, 1)),
+    # The channels-first strip kernels (lib/cuda/depthwise_rows.cuh): 5 taps
+    # along rows with a stride and a dilation along the last dimension,
+    # slices of whole strips plus a partial strip; 7 taps (the forward and
+    # the input gradient); a strided forward, whose input gradient is the
+    # strip kernel on a geometry with holes; 3-D with 5 taps along rows.
+    "2d-5x5-s12": dict(nd=2, c=6, spatial=(37, 80), kernel=(5, 5), strides=(1, 2),
+                       padding=((2, 1), (3, 0)), rhs_dilation=(1, 2)),
+    "2d-7x7": dict(nd=2, c=10, spatial=(30, 28), kernel=(7, 7), strides=(1, 1),
+                   padding="SAME", rhs_dilation=(1, 1)),
+    "2d-3x3-s2": dict(nd=2, c=12, spatial=(29, 64), kernel=(3, 3), strides=(2, 2),
+                      padding=((1, 1), (1, 0)), rhs_dilation=(1, 1)),
+    "3d-rows5": dict(nd=3, c=5, spatial=(4, 19, 13), kernel=(2, 5, 3), strides=(2, 1, 1),
+                     padding=((1, 0), (2, 2), (0, 1)), rhs_dilation=(1, 1, 2)),
 }
 
 
@@ -275,7 +288,7 @@ SLICINGS = {
 @pytest.mark.parametrize("slicing", list(SLICINGS))
 @pytest.mark.parametrize("layout", ["cf", "cl"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("name", ["2d-56-s1", "2d-s2-dil2", "1d-long", "3d"])
+@pytest.mark.parametrize("name", ["2d-56-s1", "2d-s2-dil2", "1d-long", "3d", "2d-5x5-s12"])
 def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, name):
   """The depthwise filter gradient at the extremes of its slicing (the
   default lies between): the CUDA kernels' reductions and loops over bands."""
@@ -383,6 +396,11 @@ def test_grouped_algorithm_choice():
   # positions, an image's rows spread evenly (56 rows: 4 slices of 14, not
   # 18, 18, 18, 2).
   assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (14, 32 * 4)
+  # Channels-first slices that split an image take whole strips of 8 rows
+  # (2048 // 56 = 36 rows, cut to 32); a whole image stays whole.
+  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cf") == (32, 32 * 2)
+  assert _conv_primitives.direct_filter_slices(4, (30, 28), 8, "depthwise_cf") == (30, 4)
+  assert _conv_primitives.direct_filter_slices(4, (5, 1000), 8, "depthwise_cf") == (2, 4 * 3)
   assert _conv_primitives.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
   # lowered for CUDA: every call direct, the filter gradient in slices of

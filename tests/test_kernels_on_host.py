@@ -1,5 +1,6 @@
-"""CUDA kernels that use no shared memory and no barrier, compiled as host
-code and run thread by thread (tests/host/*.cc) against float64 references:
+"""CUDA kernels compiled as host code and run thread by thread (tests/host/*.cc;
+a kernel with a barrier as its phases, each for all threads of a block, one
+after the other) against float64 references:
 CI has no GPU, and this checks their index math there too. Their GPU runs
 are the `gpu` variants of the other tests."""
 
@@ -28,7 +29,7 @@ def _cuda_include() -> pathlib.Path | None:
   return None
 
 
-@pytest.mark.parametrize("source", ["fold_vector_on_host.cc"])
+@pytest.mark.parametrize("source", ["fold_vector_on_host.cc", "depthwise_rows_on_host.cc"])
 def test_cuda_kernel_on_host(source, tmp_path):
   cxx, include = shutil.which("g++") or shutil.which("c++"), _cuda_include()
   if cxx is None or include is None:

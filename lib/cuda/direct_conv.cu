@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "depthwise_rows.h"
 #include "depthwise_tile.cuh"
 #include "device_util.cuh"
 #include "direct_conv.h"
@@ -382,6 +383,12 @@ cudaError_t direct_forward(const void* x, const void* w, void* y, DataType in, D
   bool grouped = false;
   if (const cudaError_t e = grouped_forward(x, w, y, in, out, g, s, &grouped, stream); e != cudaSuccess || grouped)
     return e;
+  if (s.depthwise() && !s.channels_last) {
+    bool done = false;
+    if (const cudaError_t e = depthwise_rows(x, w, y, in, out, g, s.n, s.c, false, &done, stream);
+        e != cudaSuccess || done)
+      return e;
+  }
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_types(in, out, [&](auto tag, auto out_tag) {
@@ -405,6 +412,12 @@ cudaError_t direct_backward_data(const void* dy, const void* w, void* dx, DataTy
   if (const cudaError_t e = grouped_backward_data(dy, w, dx, type, g, s, &grouped, stream);
       e != cudaSuccess || grouped)
     return e;
+  if (Geometry t; s.depthwise() && !s.channels_last && transposed_geometry(g, &t)) {
+    bool done = false;
+    if (const cudaError_t e = depthwise_rows(dy, w, dx, type, type, t, s.n, s.c, true, &done, stream);
+        e != cudaSuccess || done)
+      return e;
+  }
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_type(type, [&](auto tag) {

@@ -4,7 +4,8 @@
 // (one compilation each, so that the build runs them side by side) and
 // dispatched by direct_filter.cu.
 //
-// Pass 1 has three kernels:
+// Pass 1 has three kernels, and the strip kernel of depthwise_rows.cuh for
+// channels-first 3x3 and 5x5 depthwise filters at unit stride along rows:
 // - depthwise channels-first: the input under a band of output rows is staged
 //   in shared memory (tile.cuh), as for the forward; a group of threads takes
 //   a channel, each thread every group-th position with one sum per tap in
@@ -21,6 +22,7 @@
 
 #include <type_traits>
 
+#include "depthwise_rows.cuh"
 #include "depthwise_tile.cuh"
 #include "device_info.h"
 #include "device_util.cuh"
@@ -45,15 +47,6 @@ constexpr int kFilterBlocksPerSM = 3;
 // together: fewer for many taps, whose sums take the registers.
 template <int KB>
 constexpr int kPositions = KB > 9 ? 4 : 8;
-
-// The sum over a warp, the same in every lane; a fixed butterfly, so the
-// rounding does not depend on timing.
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
 
 // --- depthwise, channels-first -------------------------------------------------
 
@@ -187,11 +180,31 @@ depthwise_filter_cf_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   for (int32_t i = threadIdx.x; i < b.channels * K; i += kThreads) out[i] = totals[i];
 }
 
+// The strip kernel (depthwise_rows.cuh) where it applies: 2-D, 3x3 or 5x5.
+template <typename T>
+bool depthwise_filter_rows(const T* dy, const T* x, typename Acc<T>::type* partials, const Geometry& g,
+                           const DirectShapes& s, const FilterSlices& f, cudaStream_t stream) {
+  FilterRowsPlan p;
+  if (!plan_depthwise_filter_rows(g, f.rows, f.per_image, s.c, sizeof(T), sizeof(typename Acc<T>::type), &p))
+    return false;
+  const int64_t blocks = f.count * s.c;
+  if (blocks >= (int64_t{1} << 31)) return false;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  if (g.kernel[0] == 3)
+    depthwise_filter_rows_kernel<3, T><<<grid, p.threads, p.tile.smem, stream>>>(dy, x, partials, g, p);
+  else
+    depthwise_filter_rows_kernel<5, T><<<grid, p.threads, p.tile.smem, stream>>>(dy, x, partials, g, p);
+  return true;
+}
+
 template <int KB, int ND, typename T>
 bool depthwise_filter_cf(const T* dy, const T* x, typename Acc<T>::type* partials,
                          const Geometry& g, const DirectShapes& s, const FilterSlices& f,
                          cudaStream_t stream) {
   using A = typename Acc<T>::type;
+  if constexpr (ND == 2) {
+    if (depthwise_filter_rows(dy, x, partials, g, s, f, stream)) return true;
+  }
   ColumnsLayout lay;
   lay.lc = std::min(f.rows, g.out[0]) * (g.out_size / g.out[0]);
   TilePlan t;
