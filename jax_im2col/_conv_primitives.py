@@ -680,9 +680,11 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 #   input per block in shared memory (keep in sync with kTileWork in
 #   lib/cuda/tile.cuh); its slices span at most that many positions (one tile
 #   band where it fits), so that each thread sums many positions before the
-#   reduction; where slices split an image, their rows are whole strips of
-#   _STRIP_ROWS (the strip kernel of lib/cuda/depthwise_rows.cuh, 2-D 3x3
-#   and 5x5 filters at unit stride along rows).
+#   reduction. 2-D slices (the strip kernel of lib/cuda/depthwise_rows.cuh
+#   for 3x3 and 5x5 filters at unit stride along rows) span about
+#   _STRIP_POSITIONS: a block fills its tile before it computes, so many
+#   small blocks keep more loads in flight than a few large ones. Where slices
+#   split an image, their rows are whole strips of _STRIP_ROWS.
 # - "depthwise_cl" (2-D, channels-last: depthwise_filter_cl_tile_kernel)
 #   takes a slice and a few channels per block, in tiles of its rows staged in
 #   shared memory: slices of about _DEPTHWISE_CL_POSITIONS positions, rows
@@ -697,6 +699,7 @@ def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
 _DIRECT_FILTER_PAIRS = 1 << 17
 _TILE_POSITIONS = 2048
 _STRIP_ROWS = 8  # kStripRows in lib/cuda/depthwise_rows.cuh
+_STRIP_POSITIONS = 1024
 _DEPTHWISE_CL_POSITIONS = 1024
 _GROUPED_POSITIONS = 512
 _GROUPED_PARTIALS = 1 << 24
@@ -708,7 +711,8 @@ def direct_filter_slices(n, out_spatial, o, kind, taps=1):
   out0 = out_spatial[0]
   rest = int(np.prod(out_spatial[1:], dtype=np.int64))
   if kind == "depthwise_cf":
-    rows = max(1, min(out0, _TILE_POSITIONS // rest))
+    positions = _STRIP_POSITIONS if len(out_spatial) == 2 else _TILE_POSITIONS
+    rows = max(1, min(out0, positions // rest))
     if _STRIP_ROWS < rows < out0:  # whole strips for the strip kernel
       rows -= rows % _STRIP_ROWS
   elif kind == "depthwise_cl":

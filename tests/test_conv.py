@@ -277,9 +277,10 @@ def check_vjp_against_lax(cfg, seed, dtype):
 # attribute values of jax_im2col._conv_primitives.
 SLICINGS = {
     # One slice per image: several bands per slice, whole-block reductions.
-    "whole-image": dict(_TILE_POSITIONS=1 << 40, _DEPTHWISE_CL_POSITIONS=1 << 40, _DIRECT_FILTER_PAIRS=1),
+    "whole-image": dict(_TILE_POSITIONS=1 << 40, _STRIP_POSITIONS=1 << 40, _DEPTHWISE_CL_POSITIONS=1 << 40,
+                        _DIRECT_FILTER_PAIRS=1),
     # One output row per slice: warp-sized reductions, many partial sums.
-    "one-row": dict(_TILE_POSITIONS=1, _DEPTHWISE_CL_POSITIONS=1, _DIRECT_FILTER_PAIRS=1 << 40),
+    "one-row": dict(_TILE_POSITIONS=1, _STRIP_POSITIONS=1, _DEPTHWISE_CL_POSITIONS=1, _DIRECT_FILTER_PAIRS=1 << 40),
 }
 
 
@@ -396,11 +397,13 @@ def test_grouped_algorithm_choice():
   # positions, an image's rows spread evenly (56 rows: 4 slices of 14, not
   # 18, 18, 18, 2).
   assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (14, 32 * 4)
-  # Channels-first slices that split an image take whole strips of 8 rows
-  # (2048 // 56 = 36 rows, cut to 32); a whole image stays whole.
-  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cf") == (32, 32 * 2)
+  # Channels-first 2-D slices span about 1024 positions in whole strips of 8
+  # rows (1024 // 56 = 18 rows, cut to 16); a whole image stays whole; 1-D
+  # and 3-D slices span about 2048.
+  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cf") == (16, 32 * 4)
   assert _conv_primitives.direct_filter_slices(4, (30, 28), 8, "depthwise_cf") == (30, 4)
-  assert _conv_primitives.direct_filter_slices(4, (5, 1000), 8, "depthwise_cf") == (2, 4 * 3)
+  assert _conv_primitives.direct_filter_slices(4, (5, 1000), 8, "depthwise_cf") == (1, 4 * 5)
+  assert _conv_primitives.direct_filter_slices(4, (9, 16, 16), 8, "depthwise_cf") == (8, 4 * 2)
   assert _conv_primitives.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
   # lowered for CUDA: every call direct, the filter gradient in slices of

@@ -30,6 +30,12 @@ namespace im2col::cuda {
 
 constexpr int kStripRows = 8;
 constexpr int32_t kRowsMaxThreads = 512;
+// Items (threads) a forward block aims at. A block waits for its whole tile
+// before computing, so the loads an SM has in flight are the tiles of the
+// blocks filling at the time: small blocks, many per SM, keep more of them in
+// flight (the first plan, whole 56 x 56 planes in 416 threads, two blocks per
+// SM, moved about 1 TB/s).
+constexpr int32_t kRowsBlockItems = 128;
 constexpr int kRowsBlocksPerSM = 2;
 constexpr int kFillLines = 4;
 
@@ -53,8 +59,9 @@ inline bool depthwise_rows_applies(const Geometry& g) {
 }
 
 // Plans the blocks: whole bands of strips and as many channels as keep a
-// block at most kRowsMaxThreads items (one per thread) and its shared memory
-// at most kTileSmemMax. False where the kernel does not apply.
+// block near kRowsBlockItems items (one per thread; at most kRowsMaxThreads
+// threads, which loop where one row has more) and its shared memory at most
+// kTileSmemMax. False where the kernel does not apply.
 inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes, size_t acc_bytes,
                                 RowsPlan* p) {
   if (!depthwise_rows_applies(g) || g.out_size == 0 || C == 0) return false;
@@ -69,9 +76,9 @@ inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes,
   // depth row's strips * W.
   const int64_t per_row = nd == 2 ? W : strips_total * W;
   const int64_t units = nd == 2 ? strips_total : g.out[0];  // bands are made of these
-  int64_t per_band = std::max<int64_t>(1, std::min<int64_t>(units, kRowsMaxThreads / per_row));
+  int64_t per_band = std::max<int64_t>(1, std::min<int64_t>(units, kRowsBlockItems / per_row));
   per_band = (units + (units + per_band - 1) / per_band - 1) / ((units + per_band - 1) / per_band);
-  int64_t channels = std::max<int64_t>(1, std::min<int64_t>(C, kRowsMaxThreads / (per_band * per_row)));
+  int64_t channels = std::max<int64_t>(1, std::min<int64_t>(C, kRowsBlockItems / (per_band * per_row)));
   const int64_t pitch = t.extent[nd - 1];
   auto layout = [&](int64_t per_band_, int64_t channels_, size_t* tile_bytes) {
     const int64_t band = nd == 2 ? per_band_ * kStripRows : per_band_;
@@ -256,7 +263,7 @@ struct FilterRowsPlan {
 
 // Fewer items per band than this leave most of a block's threads idle (small
 // images): the per-position kernel (direct_filter.cuh) takes those.
-constexpr int32_t kFilterRowsMinItems = 128;
+constexpr int32_t kFilterRowsMinItems = 64;
 
 inline bool depthwise_filter_rows_applies(const Geometry& g) {
   return g.nd == 2 && g.stride[0] == 1 && g.rhs_dilation[0] == 1 && g.kernel[0] == g.kernel[1] &&
