@@ -48,6 +48,7 @@ struct RowsPlan {
   FastDiv width;             // out[ND - 1]
   FastDiv strips_div;
   FastDiv depth_div;
+  FastDiv bands, channel_blocks;  // the block index's parts (tile.bands, tile.channel_blocks)
 };
 
 // Whether the strip kernel takes g (KH its template bound, g.kernel[ND - 2]).
@@ -105,6 +106,8 @@ inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes,
   p->width = FastDiv(W);
   p->strips_div = FastDiv(p->strips);
   p->depth_div = FastDiv(p->depth);
+  p->bands = FastDiv(t.bands);
+  p->channel_blocks = FastDiv(t.channel_blocks);
   return true;
 }
 
@@ -186,16 +189,31 @@ __device__ __forceinline__ void depthwise_rows_fill_tile(T* tile, const T* x_blo
   }
 }
 
-// Fills the block's tile (its channels of image n under its band) and its
+// The image, channels and band of this block (tile_block() in tile.cuh,
+// with 32-bit divisions: small blocks make the prologue a visible part of
+// the kernel's instructions).
+__device__ __forceinline__ TileBlock rows_block(const RowsPlan& p) {
+  const TilePlan& t = p.tile;
+  int32_t b = static_cast<int32_t>(blockIdx.x), band, cb;
+  p.bands.divmod(b, b, band);
+  p.channel_blocks.divmod(b, b, cb);
+  TileBlock tb;
+  tb.n = b;
+  tb.c0 = cb * t.channels;
+  tb.channels = t.channels < t.channels_total - tb.c0 ? t.channels : t.channels_total - tb.c0;
+  tb.row0 = band * t.band;
+  tb.p_begin = tb.p_end = 0;  // unused
+  return tb;
+}
+
+// Fills block b's tile (its channels of image n under its band) and its
 // weights, [ci][tap] in the order the tile's taps are read: with `flip`,
 // tap j takes the filter's tap K - 1 - j.
 template <int ND, typename T, typename A>
 __device__ __forceinline__ void depthwise_rows_fill(unsigned char* smem, const T* x, const T* w,
-                                                    const Geometry& g, const RowsPlan& p, bool flip) {
+                                                    const Geometry& g, const RowsPlan& p, bool flip,
+                                                    const TileBlock& b) {
   const TilePlan& t = p.tile;
-  ColumnsLayout lay;
-  lay.lc = g.out_size;
-  const TileBlock b = tile_block(t, t.channels_total, lay);
   A* weights = reinterpret_cast<A*>(smem + p.tile_bytes);
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t i = threadIdx.x; i < b.channels * K; i += blockDim.x) {
@@ -209,13 +227,11 @@ __device__ __forceinline__ void depthwise_rows_fill(unsigned char* smem, const T
 // The outputs of the block's strips from the filled tile and weights.
 template <int KH, int ND, typename T, typename TY>
 __device__ __forceinline__ void depthwise_rows_compute(const unsigned char* smem, TY* y,
-                                                       const Geometry& g, const RowsPlan& p) {
+                                                       const Geometry& g, const RowsPlan& p,
+                                                       const TileBlock& b) {
   using A = typename Acc<TY>::type;
   constexpr int H = kStripRows, R = H + KH - 1;
   const TilePlan& t = p.tile;
-  ColumnsLayout lay;
-  lay.lc = g.out_size;
-  const TileBlock b = tile_block(t, t.channels_total, lay);
   const T* tile = reinterpret_cast<const T*>(smem);
   const A* weights = reinterpret_cast<const A*>(smem + p.tile_bytes);
   constexpr int last = ND - 1, row_dim = ND - 2;
@@ -277,9 +293,10 @@ __global__ void __launch_bounds__(kRowsMaxThreads, kRowsBlocksPerSM)
 depthwise_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
                       RowsPlan p, bool flip) {
   extern __shared__ __align__(16) unsigned char smem[];
-  depthwise_rows_fill<ND, T, typename Acc<TY>::type>(smem, x, w, g, p, flip);
+  const TileBlock b = rows_block(p);
+  depthwise_rows_fill<ND, T, typename Acc<TY>::type>(smem, x, w, g, p, flip, b);
   __syncthreads();
-  depthwise_rows_compute<KH, ND, T, TY>(smem, y, g, p);
+  depthwise_rows_compute<KH, ND, T, TY>(smem, y, g, p, b);
 }
 
 // --- the filter gradient -------------------------------------------------------
@@ -298,6 +315,7 @@ struct FilterRowsPlan {
   int64_t per_image = 0;   // FilterSlices::per_image
   size_t tile_bytes = 0;   // then kRowsMaxThreads / 32 * K sums of the reduction
   FastDiv width;           // out[1]
+  FastDiv channels, slices_per_image;  // the block index's parts: C, per_image
 };
 
 // Fewer items per band than this leave most of a block's threads idle (small
@@ -337,6 +355,8 @@ inline bool plan_depthwise_filter_rows(const Geometry& g, int64_t slice_rows, in
   p->per_image = per_image;
   p->tile_bytes = tile_bytes;
   p->width = FastDiv(W);
+  p->channels = FastDiv(C);
+  p->slices_per_image = FastDiv(per_image);
   return true;
 }
 
@@ -386,14 +406,14 @@ depthwise_filter_rows_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   T* tile = reinterpret_cast<T*>(smem);
   A* warp_sums = reinterpret_cast<A*>(smem + p.tile_bytes);
   const int64_t C = p.tile.channels_total;
-  int64_t slice, c, n, part;
-  divmod(static_cast<int64_t>(blockIdx.x), C, slice, c);
-  divmod(slice, p.per_image, n, part);
-  const int32_t row_begin = static_cast<int32_t>(part * p.slice_rows);
-  const int64_t slice_end = part * p.slice_rows + p.slice_rows;
-  const int32_t row_end = static_cast<int32_t>(slice_end < g.out[0] ? slice_end : g.out[0]);
+  int32_t slice, c, n, part;
+  p.channels.divmod(static_cast<int32_t>(blockIdx.x), slice, c);
+  p.slices_per_image.divmod(slice, n, part);
+  const int32_t row_begin = part * static_cast<int32_t>(p.slice_rows);
+  const int32_t slice_end = row_begin + static_cast<int32_t>(p.slice_rows);
+  const int32_t row_end = slice_end < static_cast<int32_t>(g.out[0]) ? slice_end : static_cast<int32_t>(g.out[0]);
   const T* x_plane = x + (n * C + c) * g.in_size;
-  const T* dy_plane = dy + (n * C + c) * g.out_size;
+  const T* dy_plane = dy + (n * C + c) * g.out_size;  // n * C: 64-bit
   A acc[KH][KH];
 #pragma unroll
   for (int kh = 0; kh < KH; ++kh)
@@ -417,7 +437,7 @@ depthwise_filter_rows_kernel(const T* __restrict__ dy, const T* __restrict__ x,
   if (threadIdx.x < K) {
     A sum = A(0);
     for (int32_t w = 0; w < static_cast<int32_t>(blockDim.x / 32); ++w) sum += warp_sums[w * K + threadIdx.x];
-    partials[(slice * C + c) * K + threadIdx.x] = sum;
+    partials[(slice * C + c) * K + threadIdx.x] = sum;  // slice * C: 64-bit
   }
 }
 

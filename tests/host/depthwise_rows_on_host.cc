@@ -105,16 +105,17 @@ bool one_case(bool flip) {
   blockDim.x = static_cast<unsigned>(p.threads);
   for (int64_t b = 0; b < blocks; ++b) {
     blockIdx.x = static_cast<unsigned>(b);
+    const TileBlock tb = rows_block(p);
     for (unsigned t = 0; t < blockDim.x; ++t) {
       threadIdx.x = t;
-      depthwise_rows_fill<ND, T, A>(smem.data(), x.data(), w.data(), g, p, flip);
+      depthwise_rows_fill<ND, T, A>(smem.data(), x.data(), w.data(), g, p, flip, tb);
     }
     for (unsigned t = 0; t < blockDim.x; ++t) {
       threadIdx.x = t;
       switch (g.kernel[ND - 2]) {
-        case 3: depthwise_rows_compute<3, ND, T, TY>(smem.data(), y.data(), g, p); break;
-        case 5: depthwise_rows_compute<5, ND, T, TY>(smem.data(), y.data(), g, p); break;
-        default: depthwise_rows_compute<7, ND, T, TY>(smem.data(), y.data(), g, p); break;
+        case 3: depthwise_rows_compute<3, ND, T, TY>(smem.data(), y.data(), g, p, tb); break;
+        case 5: depthwise_rows_compute<5, ND, T, TY>(smem.data(), y.data(), g, p, tb); break;
+        default: depthwise_rows_compute<7, ND, T, TY>(smem.data(), y.data(), g, p, tb); break;
       }
     }
   }
