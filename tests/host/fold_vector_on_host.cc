@@ -111,8 +111,7 @@ bool one_case() {
 }  // namespace
 
 int main() {
-  int passed = 0, failed = 0;
-  auto run = [&](bool ok) { ok ? ++passed : ++failed; };
+  Tally run;
   for (int i = 0; i < 150; ++i) {
     run(one_case<1, __nv_bfloat16, 8>());
     run(one_case<2, __nv_bfloat16, 8>());
@@ -124,6 +123,5 @@ int main() {
     run(one_case<3, float, 2>());
     run(one_case<2, double, 2>());
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return run.report();
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <type_traits>
 
@@ -42,5 +43,16 @@ double to_double(T v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
   else return static_cast<double>(v);
 }
+
+// Counts the cases' outcomes and prints the summary line that
+// tests/test_kernels_on_host.py reads; report() is main's exit status.
+struct Tally {
+  int passed = 0, failed = 0;
+  void operator()(bool ok) { ok ? ++passed : ++failed; }
+  int report() const {
+    std::printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+  }
+};
 
 }  // namespace im2col
