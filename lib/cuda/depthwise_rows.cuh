@@ -36,7 +36,7 @@ constexpr int32_t kRowsMaxThreads = 512;
 // flight (the first plan, whole 56 x 56 planes in 416 threads, two blocks per
 // SM, moved about 1 TB/s).
 constexpr int32_t kRowsBlockItems = 128;
-constexpr int kRowsBlocksPerSM = 2;
+constexpr int kRowsBlocksPerSM = 2;  // with kRowsMaxThreads: at most 64 registers
 constexpr int kFillLines = 4;
 
 struct RowsPlan {
@@ -65,7 +65,10 @@ inline bool depthwise_rows_applies(const Geometry& g) {
 // kTileSmemMax. False where the kernel does not apply.
 inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes, size_t acc_bytes,
                                 RowsPlan* p) {
-  if (!depthwise_rows_applies(g) || g.out_size == 0 || C == 0) return false;
+  // Offsets within one channel's image are int32.
+  if (!depthwise_rows_applies(g) || g.out_size == 0 || C == 0 || g.in_size >= (int64_t{1} << 31) ||
+      g.out_size >= (int64_t{1} << 31))
+    return false;
   ColumnsLayout lay;
   lay.lc = g.out_size;
   TilePlan t;
@@ -329,7 +332,9 @@ inline bool depthwise_filter_rows_applies(const Geometry& g) {
 
 inline bool plan_depthwise_filter_rows(const Geometry& g, int64_t slice_rows, int64_t per_image, int64_t C,
                                        size_t elem_bytes, size_t acc_bytes, FilterRowsPlan* p) {
-  if (!depthwise_filter_rows_applies(g) || g.out_size == 0 || C == 0 || slice_rows < 1) return false;
+  if (!depthwise_filter_rows_applies(g) || g.out_size == 0 || C == 0 || slice_rows < 1 ||
+      g.in_size >= (int64_t{1} << 31) || g.out_size >= (int64_t{1} << 31))
+    return false;
   const int64_t rows = std::min(slice_rows, g.out[0]), W = g.out[1];
   ColumnsLayout lay;
   lay.lc = rows * W;
