@@ -48,7 +48,6 @@ struct RowsPlan {
   FastDiv width;             // out[ND - 1]
   FastDiv strips_div;
   FastDiv depth_div;
-  FastDiv bands, channel_blocks;  // the block index's parts (tile.bands, tile.channel_blocks)
 };
 
 // Whether the strip kernel takes g (KH its template bound, g.kernel[ND - 2]).
@@ -109,8 +108,6 @@ inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes,
   p->width = FastDiv(W);
   p->strips_div = FastDiv(p->strips);
   p->depth_div = FastDiv(p->depth);
-  p->bands = FastDiv(t.bands);
-  p->channel_blocks = FastDiv(t.channel_blocks);
   return true;
 }
 
@@ -192,21 +189,11 @@ __device__ __forceinline__ void depthwise_rows_fill_tile(T* tile, const T* x_blo
   }
 }
 
-// The image, channels and band of this block (tile_block() in tile.cuh,
-// with 32-bit divisions: small blocks make the prologue a visible part of
-// the kernel's instructions).
-__device__ __forceinline__ TileBlock rows_block(const RowsPlan& p) {
-  const TilePlan& t = p.tile;
-  int32_t b = static_cast<int32_t>(blockIdx.x), band, cb;
-  p.bands.divmod(b, b, band);
-  p.channel_blocks.divmod(b, b, cb);
-  TileBlock tb;
-  tb.n = b;
-  tb.c0 = cb * t.channels;
-  tb.channels = t.channels < t.channels_total - tb.c0 ? t.channels : t.channels_total - tb.c0;
-  tb.row0 = band * t.band;
-  tb.p_begin = tb.p_end = 0;  // unused
-  return tb;
+// The image, channels and band of this block.
+__device__ __forceinline__ TileBlock rows_block(const Geometry& g, const RowsPlan& p) {
+  ColumnsLayout lay;
+  lay.lc = g.out_size;
+  return tile_block(p.tile, p.tile.channels_total, lay);
 }
 
 // Fills block b's tile (its channels of image n under its band) and its
@@ -296,7 +283,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads, kRowsBlocksPerSM)
 depthwise_rows_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, Geometry g,
                       RowsPlan p, bool flip) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const TileBlock b = rows_block(p);
+  const TileBlock b = rows_block(g, p);
   depthwise_rows_fill<ND, T, typename Acc<TY>::type>(smem, x, w, g, p, flip, b);
   __syncthreads();
   depthwise_rows_compute<KH, ND, T, TY>(smem, y, g, p, b);

@@ -37,6 +37,7 @@ struct TilePlan {
   FastDiv width;                // elements per tile line: extent[ND-1] (times C channels-last)
   FastDiv lines;                // tile lines per channel
   FastDiv channels_div;         // C (channels-last)
+  FastDiv bands_div, channel_blocks_div;  // the block index's parts (tile_block)
 };
 
 constexpr size_t kTileSmemPreferred = 24 * 1024;
@@ -106,6 +107,8 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
   t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
   t->channels_total = static_cast<int32_t>(C);
   t->channels_div = FastDiv(C);
+  t->bands_div = FastDiv(t->bands);
+  t->channel_blocks_div = FastDiv(t->channel_blocks);
 }
 
 // Plans a tiled unfold; false when the tile does not pay or does not fit.
@@ -261,11 +264,13 @@ __device__ __forceinline__ void band_positions(const TilePlan& t, const ColumnsL
   b.p_end = static_cast<int32_t>((end < lay.l0 + lay.lc ? end : lay.l0 + lay.lc) - lay.l0);
 }
 
+// 32-bit divisions (a grid's block index fits): with small blocks, 64-bit
+// ones run by every thread are a visible part of a kernel's instructions.
 __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
                                                 const ColumnsLayout& lay) {
-  int64_t b = blockIdx.x, band, cb;
-  divmod(b, static_cast<int64_t>(t.bands), b, band);
-  divmod(b, static_cast<int64_t>(t.channel_blocks), b, cb);
+  int32_t b = static_cast<int32_t>(blockIdx.x), band, cb;
+  t.bands_div.divmod(b, b, band);
+  t.channel_blocks_div.divmod(b, b, cb);
   TileBlock tb;
   tb.n = b;
   tb.c0 = static_cast<int32_t>(cb) * t.channels;
