@@ -11,7 +11,7 @@ kernels.
 """
 
 import argparse
-import ctypes
+import faulthandler
 import os
 import sys
 
@@ -19,20 +19,6 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
-
-
-def _cudart():
-  for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
-    try:
-      return ctypes.CDLL(name)
-    except OSError:
-      continue
-  for root in ("/usr/local/cuda/lib64",):
-    try:
-      return ctypes.CDLL(os.path.join(root, "libcudart.so"))
-    except OSError:
-      continue
-  return None
 
 
 def main():
@@ -43,8 +29,8 @@ def main():
   parser.add_argument("--layouts", default="cf,cl")
   parser.add_argument("--xla", action="store_true", help="XLA's kernels too")
   args = parser.parse_args()
-  rt = _cudart()
-  import torch  # the markers' fill kernel
+  faulthandler.enable()
+  import torch  # the markers' fill kernel, and cudaProfilerStart / Stop
   marker = torch.empty(1, device="cuda")
   by_name = {c.name: c for c in bench.SUITE + bench.EXTRAS}
   data = bench.Data()
@@ -62,14 +48,12 @@ def main():
             f = jax.jit(bench.conv_op(fn, op))
             jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
             print(f"=== {name} {dt} {layout} {op} {impl}", flush=True)
-            if rt is not None:
-              rt.cudaProfilerStart()
+            torch.cuda.profiler.start()
             marker.fill_(1.0)
             torch.cuda.synchronize()
             jax.block_until_ready(f(*operands))
-            if rt is not None:
-              rt.cudaDeviceSynchronize()
-              rt.cudaProfilerStop()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
 
 
 if __name__ == "__main__":
