@@ -1,17 +1,15 @@
 """Where an op's device time goes, kernel by kernel: runs ours (and, with
 --xla, XLA's) forward, input gradient and filter gradient of named shapes once
-each, warm, after cudaProfilerStart, so that `ncu --profile-from-start off`
-(benchmarks/ncu_profile.sh kernels) times only those launches. Before each op
-it prints a marker line and launches torch's fill kernel, which no op of ours
-or XLA's launches: the n-th fill in ncu's list starts the n-th marker's
-kernels.
+each, warm, under torch's profiler (CUPTI records every kernel of the
+process, XLA's included), and prints each kernel's device time and the op's
+total. Writes kernel_times.json under --out.
 
-  python benchmarks/kernel_times.py --cases resnext_g32 --dtypes bf16 --layouts cf
+  python benchmarks/kernel_times.py --out DIR --cases resnext_g32 --dtypes bf16 --layouts cf
       [--ops fwd,dgrad,wgrad] [--xla]
 """
 
 import argparse
-import faulthandler
+import json
 import os
 import sys
 
@@ -21,19 +19,32 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
+def kernels_of(run):
+  """(name, device microseconds) of each kernel that run() launches."""
+  import torch
+  from torch.autograd import DeviceType
+  from torch.profiler import ProfilerActivity, profile
+
+  torch.cuda.synchronize()
+  with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    run()
+    torch.cuda.synchronize()
+  return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+          if e.device_type == DeviceType.CUDA]
+
+
 def main():
   parser = argparse.ArgumentParser()
+  parser.add_argument("--out", default=".")
   parser.add_argument("--cases", required=True)
   parser.add_argument("--ops", default="fwd,dgrad,wgrad")
   parser.add_argument("--dtypes", default="f32,bf16")
   parser.add_argument("--layouts", default="cf,cl")
   parser.add_argument("--xla", action="store_true", help="XLA's kernels too")
   args = parser.parse_args()
-  faulthandler.enable()
-  import torch  # the markers' fill kernel, and cudaProfilerStart / Stop
-  marker = torch.empty(1, device="cuda")
   by_name = {c.name: c for c in bench.SUITE + bench.EXTRAS}
   data = bench.Data()
+  rows = []
   for name in args.cases.split(","):
     case = by_name[name]
     for dt in args.dtypes.split(","):
@@ -47,13 +58,15 @@ def main():
           for impl, fn in impls:
             f = jax.jit(bench.conv_op(fn, op))
             jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
-            print(f"=== {name} {dt} {layout} {op} {impl}", flush=True)
-            torch.cuda.profiler.start()
-            marker.fill_(1.0)
-            torch.cuda.synchronize()
-            jax.block_until_ready(f(*operands))
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
+            kernels = kernels_of(lambda: jax.block_until_ready(f(*operands)))
+            total = sum(us for _, us in kernels)
+            print(f"=== {name} {dt} {layout} {op} {impl}: {total:.1f} us", flush=True)
+            for kname, us in kernels:
+              print(f"  {us:8.1f} us  {kname[:120]}")
+            rows.append(dict(shape=name, dtype=dt, layout=layout, op=op, impl=impl,
+                             total_us=total, kernels=kernels))
+  with open(os.path.join(args.out, "kernel_times.json"), "w") as f:
+    json.dump(dict(device=str(jax.devices()[0]), rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
