@@ -5,32 +5,24 @@
 #include <type_traits>
 
 #include "device_util.cuh"
+#include "transpose_tile.cuh"
 
 namespace im2col::cuda {
 namespace {
 
-constexpr int kTile = 32;
-constexpr int kRowsPerPass = 8;  // blocks of kTile x kRowsPerPass threads
-
-// One 32 x 32 tile of (channel, position) per block and image, through shared
-// memory so that both the read (along positions) and the write (along
-// channels) are coalesced.
-template <typename T>
-__global__ void to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size) {
-  __shared__ T tile[kTile][kTile + 1];
-  const int32_t s0 = blockIdx.x * kTile, c0 = blockIdx.y * kTile;
+// One tile (transpose_tile.cuh) per block and image: 64 positions x 128
+// bytes of channels.
+template <typename T, bool kVectorLoads, bool kVectorStores>
+__global__ void __launch_bounds__(kThreads)
+    to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size) {
+  __shared__ alignas(16) T tile[transpose::Tile<T>::kElements];
+  const int32_t s0 = blockIdx.x * transpose::kPositions;
+  const int32_t c0 = blockIdx.y * transpose::Tile<T>::kChannels;
   for (int64_t image = blockIdx.z; image < n; image += gridDim.z) {
-    const T* src = x + image * c * size;
-    T* dst = out + image * c * size;
-    for (int j = threadIdx.y; j < kTile; j += kRowsPerPass) {
-      const int32_t ch = c0 + j, s = s0 + threadIdx.x;
-      if (ch < c && s < size) tile[j][threadIdx.x] = src[static_cast<int64_t>(ch) * size + s];
-    }
+    const int64_t offset = image * c * size;
+    transpose::load_tile<T, kVectorLoads>(x + offset, c, size, s0, c0, tile, threadIdx.x);
     __syncthreads();
-    for (int j = threadIdx.y; j < kTile; j += kRowsPerPass) {
-      const int32_t s = s0 + j, ch = c0 + threadIdx.x;
-      if (s < size && ch < c) dst[static_cast<int64_t>(s) * c + ch] = tile[threadIdx.x][j];
-    }
+    transpose::store_tile<T, kVectorStores>(tile, c, size, s0, c0, out + offset, threadIdx.x);
     __syncthreads();
   }
 }
@@ -111,16 +103,27 @@ __global__ void implicit_filter_kernel(const T* w, T* out, const __grid_constant
 cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
                                    int64_t c, int64_t size, cudaStream_t stream) {
   if (n == 0 || c == 0 || size == 0) return cudaSuccess;
-  const int64_t tiles_s = (size + kTile - 1) / kTile, tiles_c = (c + kTile - 1) / kTile;
-  if (size >= (int64_t{1} << 31) || tiles_c > 65535) return cudaErrorInvalidValue;
+  if (size >= (int64_t{1} << 31) || c >= (int64_t{1} << 31) || elem_bytes == 0 || elem_bytes > 16)
+    return cudaErrorInvalidValue;
+  const int64_t vector = 16 / static_cast<int64_t>(elem_bytes);
+  const int64_t tiles_s = (size + transpose::kPositions - 1) / transpose::kPositions;
+  const int64_t tiles_c = (c + transpose::kChunks * vector - 1) / (transpose::kChunks * vector);
+  if (tiles_c > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles_s), static_cast<unsigned>(tiles_c),
                   static_cast<unsigned>(n < 65535 ? n : 65535));
+  const bool vector_loads = size % vector == 0 && aligned_to(x, 16);
+  const bool vector_stores = c % vector == 0 && aligned_to(out, 16);
   return with_element_bytes(elem_bytes, [&](auto tag) {
     using T = decltype(tag);
-    to_channels_last_kernel<T><<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), n, static_cast<int32_t>(c),
-        static_cast<int32_t>(size));
-    return cudaGetLastError();
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), n,
+                                            static_cast<int32_t>(c), static_cast<int32_t>(size));
+      return cudaGetLastError();
+    };
+    if (vector_loads && vector_stores) return launch(to_channels_last_kernel<T, true, true>);
+    if (vector_loads) return launch(to_channels_last_kernel<T, true, false>);
+    if (vector_stores) return launch(to_channels_last_kernel<T, false, true>);
+    return launch(to_channels_last_kernel<T, false, false>);
   });
 }
 

@@ -1,0 +1,107 @@
+// The tile of the channels-first to channels-last copy (relayout.cu): 64
+// positions x 128 bytes of channels of one image, staged in shared memory as
+// rows of positions. Loads read 16-byte runs of positions of one channel and
+// stores write 16-byte runs of channels of one position, so both sides of the
+// copy move whole vectors. Each row's eight 16-byte chunks are XOR-swizzled
+// by the position's vector index: the load's scalar writes (8 runs of
+// positions x 4 channels per warp) and the store's 16-byte reads (8 chunks of
+// one position per quarter warp) then fall in distinct banks (2-byte and
+// 4-byte elements; 8-byte ones take two ways).
+//
+// The two phases are functions of one thread so that the host test
+// (tests/host/transpose_on_host.cc) can run them thread by thread.
+#pragma once
+
+#include <cstdint>
+
+#include "device_util.cuh"
+
+namespace im2col::cuda::transpose {
+
+constexpr int kPositions = 64;  // per tile
+constexpr int kChunks = 8;      // 16-byte chunks of channels per position
+
+template <typename T>
+struct Tile {
+  static constexpr int V = 16 / sizeof(T);        // elements per chunk
+  static constexpr int kChannels = kChunks * V;   // per tile
+  static constexpr int kElements = kPositions * kChannels;
+  static constexpr int kRuns = kPositions / V;    // 16-byte runs of positions per channel
+};
+
+// Element (position s, channel ch) of the tile: chunk ch / V of row s,
+// swizzled by s's vector index.
+template <typename T>
+__device__ __forceinline__ int tile_index(int s, int ch) {
+  constexpr int V = Tile<T>::V;
+  return s * Tile<T>::kChannels + (((ch / V) ^ ((s / V) % kChunks)) * V) + ch % V;
+}
+
+// Load phase: thread `thread` of kThreads copies its runs of positions
+// [s0, s0 + kPositions) of channels [c0, c0 + kChannels) of the
+// channels-first image `src` (c x size) into the tile. kVector: 16-byte loads
+// (size a multiple of V, src 16-byte aligned).
+template <typename T, bool kVector>
+__device__ __forceinline__ void load_tile(const T* src, int32_t c, int32_t size, int32_t s0,
+                                          int32_t c0, T* tile, int thread) {
+  using S = Tile<T>;
+  constexpr int V = S::V;
+  // Lanes: 8 runs (the swizzle's 8 values) x 4 channels per warp. Every
+  // load of a thread is issued before its first write to the tile.
+  constexpr int kPerThread = S::kChannels * S::kRuns / kThreads;
+  static_assert(kPerThread * kThreads == S::kChannels * S::kRuns);
+  Pack<T, V> v[kPerThread]{};
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int f = thread + k * kThreads;
+    const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
+    const int ch = (f / kChunks) % S::kChannels;
+    const int32_t gc = c0 + ch, gs = s0 + run * V;
+    if (gc >= c || gs >= size) continue;
+    const T* p = src + static_cast<int64_t>(gc) * size + gs;
+    if constexpr (kVector) {
+      v[k] = *reinterpret_cast<const Pack<T, V>*>(p);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[k].v[i] = gs + i < size ? p[i] : T{};
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int f = thread + k * kThreads;
+    const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
+    const int ch = (f / kChunks) % S::kChannels;
+#pragma unroll
+    for (int i = 0; i < V; ++i) tile[tile_index<T>(run * V + i, ch)] = v[k].v[i];
+  }
+}
+
+// Store phase: the tile's positions as rows of channels of the channels-last
+// image `dst` (size x c). kVector: 16-byte stores (c a multiple of V, dst
+// 16-byte aligned).
+template <typename T, bool kVector>
+__device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t size, int32_t s0,
+                                           int32_t c0, T* dst, int thread) {
+  using S = Tile<T>;
+  constexpr int V = S::V;
+  constexpr int kPerThread = kPositions * kChunks / kThreads;
+  static_assert(kPerThread * kThreads == kPositions * kChunks);
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int f = thread + k * kThreads;
+    const int s = f / kChunks, chunk = f % kChunks;
+    const int32_t gs = s0 + s, gc = c0 + chunk * V;
+    if (gs >= size || gc >= c) continue;
+    const T* t = tile + tile_index<T>(s, chunk * V);
+    T* q = dst + static_cast<int64_t>(gs) * c + gc;
+    if constexpr (kVector) {
+      *reinterpret_cast<Pack<T, V>*>(q) = *reinterpret_cast<const Pack<T, V>*>(t);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (gc + i < c) q[i] = t[i];
+    }
+  }
+}
+
+}  // namespace im2col::cuda::transpose
