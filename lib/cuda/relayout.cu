@@ -14,7 +14,7 @@ namespace {
 // bytes of channels.
 template <typename T, bool kVectorLoads, bool kVectorStores>
 __global__ void __launch_bounds__(kThreads)
-    to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size) {
+    to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size, FastDiv run) {
   __shared__ alignas(16) T tile[transpose::Tile<T>::kElements];
   const int32_t s0 = blockIdx.x * transpose::kPositions;
   const int32_t c0 = blockIdx.y * transpose::Tile<T>::kChannels;
@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t offset = image * c * size;
     transpose::load_tile<T, kVectorLoads>(x + offset, c, size, s0, c0, tile, threadIdx.x);
     __syncthreads();
-    transpose::store_tile<T, kVectorStores>(tile, c, size, s0, c0, out + offset, threadIdx.x);
+    transpose::store_tile<T, kVectorStores>(tile, c, size, s0, c0, run, out + offset,
+                                            threadIdx.x);
     __syncthreads();
   }
 }
@@ -100,10 +101,15 @@ __global__ void implicit_filter_kernel(const T* w, T* out, const __grid_constant
 
 }  // namespace
 
-cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
-                                   int64_t c, int64_t size, cudaStream_t stream) {
+namespace {
+
+// out (n, size, c) = x (n, c, size), with the positions reversed within runs
+// of `run` (transpose::reversed_in_runs; size a multiple of run).
+cudaError_t transpose_images(const void* x, void* out, size_t elem_bytes, int64_t n, int64_t c,
+                             int64_t size, int64_t run, cudaStream_t stream) {
   if (n == 0 || c == 0 || size == 0) return cudaSuccess;
-  if (size >= (int64_t{1} << 31) || c >= (int64_t{1} << 31) || elem_bytes == 0 || elem_bytes > 16)
+  if (size >= (int64_t{1} << 31) || c >= (int64_t{1} << 31) || elem_bytes == 0 || elem_bytes > 16 ||
+      run < 1 || size % run != 0)
     return cudaErrorInvalidValue;
   const int64_t vector = 16 / static_cast<int64_t>(elem_bytes);
   const int64_t tiles_s = (size + transpose::kPositions - 1) / transpose::kPositions;
@@ -117,7 +123,8 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
     using T = decltype(tag);
     auto launch = [&](auto kernel) {
       kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), n,
-                                            static_cast<int32_t>(c), static_cast<int32_t>(size));
+                                            static_cast<int32_t>(c), static_cast<int32_t>(size),
+                                            FastDiv(run));
       return cudaGetLastError();
     };
     if (vector_loads && vector_stores) return launch(to_channels_last_kernel<T, true, true>);
@@ -125,6 +132,13 @@ cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, 
     if (vector_stores) return launch(to_channels_last_kernel<T, false, true>);
     return launch(to_channels_last_kernel<T, false, false>);
   });
+}
+
+}  // namespace
+
+cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
+                                   int64_t c, int64_t size, cudaStream_t stream) {
+  return transpose_images(x, out, elem_bytes, n, c, size, 1, stream);
 }
 
 TapMap all_taps(const Geometry& g) {
@@ -146,10 +160,34 @@ TapMap phase_taps(const Geometry& g, const GradientPhase& phase) {
   return m;
 }
 
+namespace {
+
+// Whether the map takes every tap of its window in order (backwards: in
+// reverse order).
+bool every_tap(const TapMap& m, bool backwards) {
+  for (int d = 0; d < m.nd; ++d) {
+    const int64_t first = backwards ? m.w_kernel[d] - 1 : 0, step = backwards ? -1 : 1;
+    if (m.kernel[d] != m.w_kernel[d] || m.first[d] != first || m.step[d] != step) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
                             int64_t groups, int64_t og, int64_t cg, const TapMap* taps, int count,
                             bool input_gradient, int64_t pack, cudaStream_t stream) {
   if (pack < 1 || groups % pack != 0 || count < 0) return cudaErrorInvalidValue;
+  // An unpacked channels-first filter read by one map of all its taps: its
+  // rows are a transpose, per output channel in the forward ((cg, K) to
+  // (K, cg)), per group in the input gradient ((og, cg * K) to (cg * K, og),
+  // the taps of each channel reversed), on the image copy's coalesced tiles.
+  if (pack == 1 && count == 1 && !w_channels_last && every_tap(taps[0], input_gradient)) {
+    int64_t k = 1;
+    for (int d = 0; d < taps[0].nd; ++d) k *= taps[0].w_kernel[d];
+    return input_gradient ? transpose_images(w, out, elem_bytes, groups, og, cg * k, k, stream)
+                          : transpose_images(w, out, elem_bytes, groups * og, cg, k, 1, stream);
+  }
   const int64_t inner = input_gradient ? og : cg, rows = input_gradient ? cg : og;
   const int64_t per_tap = pack * groups * og * cg;  // row elements per tap
   int64_t w_taps = 1;

@@ -76,12 +76,21 @@ __device__ __forceinline__ void load_tile(const T* src, int32_t c, int32_t size,
   }
 }
 
+// Position s of the source lands at row reversed_in_runs(s) of dst: the
+// positions reversed within each run of `run` (a filter's taps read
+// backwards; run 1 keeps them in order).
+__device__ __forceinline__ int32_t reversed_in_runs(int32_t s, const FastDiv& run) {
+  int32_t q, r;
+  run.divmod(s, q, r);
+  return s - r + (static_cast<int32_t>(run.d) - 1 - r);
+}
+
 // Store phase: the tile's positions as rows of channels of the channels-last
-// image `dst` (size x c). kVector: 16-byte stores (c a multiple of V, dst
-// 16-byte aligned).
+// image `dst` (size x c), position s at row reversed_in_runs(s, run).
+// kVector: 16-byte stores (c a multiple of V, dst 16-byte aligned).
 template <typename T, bool kVector>
 __device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t size, int32_t s0,
-                                           int32_t c0, T* dst, int thread) {
+                                           int32_t c0, const FastDiv& run, T* dst, int thread) {
   using S = Tile<T>;
   constexpr int V = S::V;
   constexpr int kPerThread = kPositions * kChunks / kThreads;
@@ -93,7 +102,7 @@ __device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t siz
     const int32_t gs = s0 + s, gc = c0 + chunk * V;
     if (gs >= size || gc >= c) continue;
     const T* t = tile + tile_index<T>(s, chunk * V);
-    T* q = dst + static_cast<int64_t>(gs) * c + gc;
+    T* q = dst + static_cast<int64_t>(reversed_in_runs(gs, run)) * c + gc;
     if constexpr (kVector) {
       *reinterpret_cast<Pack<T, V>*>(q) = *reinterpret_cast<const Pack<T, V>*>(t);
     } else {

@@ -1,7 +1,9 @@
 // The channels-first to channels-last copy's tile (lib/cuda/transpose_tile.cuh)
 // compiled as host code and run thread by thread, phase by phase, against a
 // plain transpose over random images: 2-, 4- and 8-byte elements, with and
-// without 16-byte loads and stores, ragged tiles of positions and channels.
+// without 16-byte loads and stores, ragged tiles of positions and channels,
+// positions in order or reversed within runs (a filter's taps read
+// backwards).
 // It also checks the swizzle's purpose, from the addresses each warp touches:
 // the load phase's writes and the store phase's 16-byte reads meet no bank
 // conflict (two ways for 8-byte elements). Run by
@@ -23,7 +25,7 @@ using namespace im2col::cuda::transpose;
 namespace {
 
 template <typename T, bool kVecLoad, bool kVecStore>
-bool one_case(int n, int c, int size) {
+bool one_case(int n, int c, int size, int run = 1) {
   using S = Tile<T>;
   std::vector<T> x(static_cast<size_t>(n) * c * size), out(x.size(), T(~T{0}));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(i * 2654435761u + 1);
@@ -39,15 +41,16 @@ bool one_case(int n, int c, int size) {
                                  tile, t);
         for (int t = 0; t < kThreads; ++t)
           store_tile<T, kVecStore>(tile, c, size, bs * kPositions, bc * S::kChannels,
-                                   out.data() + offset, t);
+                                   FastDiv(run), out.data() + offset, t);
       }
   for (int image = 0; image < n; ++image)
     for (int ch = 0; ch < c; ++ch)
       for (int s = 0; s < size; ++s) {
         const size_t base = static_cast<size_t>(image) * c * size;
-        if (out[base + static_cast<size_t>(s) * c + ch] != x[base + static_cast<size_t>(ch) * size + s]) {
-          std::printf("FAIL e=%zu vec=%d%d n=%d c=%d size=%d at image %d channel %d position %d\n",
-                      sizeof(T), kVecLoad, kVecStore, n, c, size, image, ch, s);
+        const int row = s / run * run + (run - 1 - s % run);
+        if (out[base + static_cast<size_t>(row) * c + ch] != x[base + static_cast<size_t>(ch) * size + s]) {
+          std::printf("FAIL e=%zu vec=%d%d n=%d c=%d size=%d run=%d at image %d channel %d position %d\n",
+                      sizeof(T), kVecLoad, kVecStore, n, c, size, run, image, ch, s);
           return false;
         }
       }
@@ -109,6 +112,9 @@ void cases(Tally& run) {
     run(one_case<T, true, false>(n, c_any, size_vec));
     run(one_case<T, false, true>(n, c_vec, size_any));
     run(one_case<T, false, false>(n, c_any, size_any));
+    const int taps = draw(1, 27);  // a filter's rows: (channels, taps) per output channel
+    run(one_case<T, false, true>(n, c_vec, taps * draw(1, 20), taps));
+    run(one_case<T, true, true>(n, c_vec, V * taps * draw(1, 4), taps));
   }
 }
 
