@@ -570,6 +570,22 @@ def use_implicit_filter(spec, dtype, c, o, *, positions, images):
           and _implicit_filter(spec, dtype, c, o, positions=positions, images=images))
 
 
+def packed_filter(spec, dtype, c, o, *, positions, images):
+  """The packing factor with which the CUDA lowering takes a grouped filter
+  gradient as one implicit GEMM per `pack` groups (the forward's _packed), or
+  0. Half types only: their Hopper TMA kernel multiplies the pack x pack
+  blocks at the dense c64 rate (resnext_g32 bf16 0.14 -> ~0.04 ms), where
+  float32's mma.sync kernel would gain nothing on the grouped direct kernel
+  (BENCHMARKS.md, step 39)."""
+  if np.dtype(dtype) not in _HALF:
+    return 0
+  pack = _packed(spec, dtype, c, o)
+  if not pack or not _implicit_filter(spec.with_groups(spec.groups // pack), dtype, c, o,
+                                      positions=positions, images=images):
+    return 0
+  return pack
+
+
 def implicit_filter_splits(*, m, og, kg, o, groups, limit):
   """Parts of the implicit filter gradient's positions (m per call): the
   gradient's tiles (og x kg per group) are few (5 for 64 channels and a 3x3
@@ -583,9 +599,11 @@ def implicit_filter_splits(*, m, og, kg, o, groups, limit):
   return max(1, splits)
 
 
-def _implicit_filter_call(ctx, dy, x, spec):
+def _implicit_filter_call(ctx, dy, x, spec, pack=1):
   """Channels-first x and dy are made channels-last in chunks of images under
-  the workspace cap (implicit_backward_filter in lib/cuda/conv.cu)."""
+  the workspace cap (implicit_backward_filter in lib/cuda/conv.cu); `pack`
+  groups at a time (packed_filter), whose float32 parts hold their whole
+  block of the gradient."""
   dya, xa = ctx.avals_in
   cl = spec.channels_last
   item = np.dtype(xa.dtype).itemsize
@@ -598,14 +616,14 @@ def _implicit_filter_call(ctx, dy, x, spec):
     images = min(_images_per_chunk(n, x_image + dy_image, spec.workspace_limit),
                  max(1, _FILTER_MAX_POSITIONS // max(1, positions)))
     image_bytes, gradient_bytes = images * x_image, images * dy_image
-  groups = spec.groups
+  groups = spec.groups // pack
   kg = c // groups * spec.window.kernel_size
   splits = implicit_filter_splits(m=images * positions, og=o // groups, kg=kg, o=o, groups=groups,
                                   limit=spec.workspace_limit)
   partials = splits * o * kg * 4
   return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=images, positions=splits,
                     workspace_bytes=align(image_bytes) + align(gradient_bytes) + align(partials),
-                    algorithm=ALGORITHM_IMPLICIT)
+                    algorithm=ALGORITHM_PACKED if pack > 1 else ALGORITHM_IMPLICIT)
 
 
 def _positions(image_aval, spec):
@@ -752,6 +770,9 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dya, xa = ctx.avals_in
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
+  pack = packed_filter(spec, dtype, c, o, positions=_positions(dya, spec), images=xa.shape[0])
+  if pack:
+    return _implicit_filter_call(ctx, dy, x, spec, pack)
   if _algorithm(spec, c, o) == ALGORITHM_DIRECT:
     taps = (c // spec.groups) * spec.window.kernel_size
     rows, slices = direct_filter_slices(xa.shape[0], _unfold.image_spatial(dya.shape, spec.channels_last),

@@ -630,12 +630,13 @@ PACKED_CASES = {
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(PACKED_CASES))
 def test_packed_groups_against_float64(platform, layout, dtype, name):
-  """Grouped convolutions at DEFAULT precision, forward and input gradient,
+  """Grouped convolutions at DEFAULT precision, forward and both gradients,
   against float64. Where the GPU packs the groups (Hopper), on the operands
   the multiplier sees (float32 truncated to TF32; the zeros between packed
   groups add nothing) within float32 accumulation; float32 on other GPU paths
-  (direct kernels, cuBLAS in TF32) against exact operands within TF32's error;
-  half types as they are, within the output's rounding."""
+  (direct kernels, cuBLAS or mma.sync in TF32) against exact operands within
+  TF32's error; half types as they are, within the output's rounding (their
+  filter gradient packed too on Hopper)."""
   case, cfg = PACKED_CASES[name], implicit_config(name, layout, PACKED_CASES)
   dtype = np.dtype(dtype)
   spec = _implicit_spec(case, layout, dtype)
@@ -647,18 +648,27 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
     # 1d-g2-s2's 24 output channels per group do not divide 64.
     assert packed and packed_dx == (name != "1d-g2-s2")
   kw = cfg["kwargs"]
-  x, w, ct, y32, y, dx, _ = forward_and_gradients(platform, cfg, dtype, 7)
+  x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 7)
+  if on_gpu and _conv_primitives._hopper_kernels():
+    out_positions = int(np.prod(ct.shape[2:] if layout == "cf" else ct.shape[1:-1]))
+    packed_dw = _conv_primitives.packed_filter(spec, dtype, case["c"], case["o"],
+                                               positions=out_positions, images=case["n"])
+    assert (packed_dw > 0) == (dtype in UNIT_ROUNDOFF)
 
   def reference(x, w, ct):
-    ref, vjp_ref = jax.vjp(lambda x: lax.conv_general_dilated(x, w, **kw), x)
-    return ref, vjp_ref(ct)[0]
+    ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
+    return (ref, *vjp_ref(ct))
 
   exact = on_cpu(reference, *(np.asarray(a, np.float64) for a in (x, w, ct)))
   if dtype in UNIT_ROUNDOFF:
     assert_close(y32, exact[0].astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
     assert_close(y, exact[0].astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
     assert_close(dx, exact[1].astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+    assert_close(dw, exact[2].astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
     return
+  # float32's filter gradient is not packed (direct kernels, or TF32 on
+  # tensor cores rounded to nearest or by cuBLAS): exact operands, TF32's error.
+  assert_close(dw, exact[2].astype(np.float32), 1e-5 if not on_gpu else 2.0 ** -9, dtype=dtype)
   truncated = on_cpu(reference, *(truncate_to_tf32(a).astype(np.float64) for a in (x, w, ct)))
   for actual, ref_exact, ref_truncated, was_packed in ((y32, exact[0], truncated[0], packed),
                                                        (y, exact[0], truncated[0], packed),
@@ -685,8 +695,9 @@ def _gradient_algorithms(loss, xs, ws):
 def test_packed_groups_plan(monkeypatch):
   """The CUDA lowering on Hopper packs small groups (algorithm 3) for the
   forward and the input gradient (one pass per phase when strided), with pack
-  times the filter in its workspace; never beyond 8 groups a pack, at HIGHEST, or for the filter
-  gradient."""
+  times the filter in its workspace, and for the filter gradient of half
+  types, with pack times its float32 parts; never beyond 8 groups a pack or
+  at HIGHEST."""
   monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: True)
   monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
 
@@ -698,8 +709,10 @@ def test_packed_groups_plan(monkeypatch):
     return _gradient_algorithms(loss, xs, ws)
 
   assert plan(8) == (3, 3, 1)                          # 8 x 8 channels: one pack
-  assert plan(8, dtype=jnp.bfloat16) == (3, 3, 1)
+  assert plan(8, dtype=jnp.bfloat16) == (3, 3, 3)      # half types: the filter gradient too
   assert plan(2, c=64, o=32) == (3, 2, 2)              # 32 in (2 a pack), 16 out (4: 2 groups)
+  assert plan(2, c=64, o=32, dtype=jnp.bfloat16) == (3, 2, 3)
+  assert plan(16, dtype=jnp.bfloat16) == (1, 1, 1)     # 16 a pack: direct kernels
   assert plan(8, strides=(2, 2)) == (3, 3, 1)          # the input gradient's 4 phases, packed
   assert plan(8, precision=HIGHEST) == (1, 1, 1)       # full float32: direct kernels
   assert plan(16) == (1, 1, 1)                         # 4 channels per group: 16 a pack
@@ -716,6 +729,16 @@ def test_packed_groups_plan(monkeypatch):
   filter_bytes, image_bytes, partial_bytes = 8 * 64 * 8 * 9 * 4, 4 * 64 * 144 * 4, 2 * 576 * 64 * 4
   assert "chunk_positions = 2 " in call
   assert workspace == filter_bytes + image_bytes + partial_bytes
+  # The packed filter gradient's workspace: x and dy made channels-last, and
+  # each part's whole 64 x (9 x 64) block, 8 times the filter's 64 x 8 x 9.
+  x, w = (jax.ShapeDtypeStruct(a.shape, jnp.bfloat16) for a in (x, w))
+  text = _cuda_text(jax.grad(lambda w, x: jnp.sum(conv(x, w, (1, 1), "SAME", feature_group_count=8)
+                                                  .astype(jnp.float32))), w, x)
+  call = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+  workspace = int(call.split("tensor<")[-1].split("xui8>")[0])
+  splits = int(call.split("chunk_positions = ")[1].split(" ")[0])
+  assert "algorithm = 3 " in call and splits > 1
+  assert workspace == 2 * (4 * 64 * 144 * 2) + splits * 64 * 9 * 64 * 4
 
 
 def test_hopper_routing(monkeypatch):

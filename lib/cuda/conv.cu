@@ -502,7 +502,10 @@ ffi::Error implicit_call(cudaStream_t stream, const ffi::AnyBuffer& image, const
 // The filter gradient as an implicit GEMM (implicit_filter_gradient.h): one
 // call for channels-last operands; channels-first x and dy made
 // channels-last a chunk of images at a time, each chunk adding to the float32
-// parts; then the parts summed in order into dw.
+// parts; then the parts summed in order into dw. With kAlgorithmPacked,
+// `pack` consecutive small groups (packed_groups of x's channels) are one:
+// the GEMM computes their whole block of (pack * Og) x (pack * Cg) per tap,
+// and the sum keeps its diagonal.
 ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& dy,
                                     const ffi::AnyBuffer& x, ffi::AnyBuffer& dw,
                                     const ffi::AnyBuffer& workspace, const ConvShapes& s,
@@ -510,16 +513,20 @@ ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& d
   const DataType in = x.element_type();
   const int64_t N = s.image.n, L = s.g.out_size, C = s.image.c, K = s.g.kernel_size;
   const int64_t images = s.cl ? N : std::min(a.chunk_images, N), splits = a.chunk_positions;
-  if (!implicit_filter_applies(in, a.precision == 0, s.g, s.Cg, s.Og, s.G, images * L))
+  const int64_t pack = a.algorithm == kAlgorithmPacked ? packed_groups(s.Cg, s.G) : 1;
+  if (pack == 0) return ffi::Error::InvalidArgument("conv_backward_filter: the groups do not pack");
+  const int64_t groups = s.G / pack;
+  if (!implicit_filter_applies(in, a.precision == 0, s.g, s.Cg * pack, s.Og * pack, groups,
+                               images * L))
     return ffi::Error::InvalidArgument("conv_backward_filter: the implicit GEMM does not apply");
   const size_t e = ffi::ByteWidth(in);
   const ImplicitFilterWorkspace plan = implicit_filter_workspace(
       s.cl ? 0 : images * C * s.g.in_size * e, s.cl ? 0 : images * s.O * L * e,
-      implicit_filter_partials_bytes(splits, s.O, s.Cg, K));
+      implicit_filter_partials_bytes(splits, s.O, s.Cg * pack, K));
   if (workspace.size_bytes() < plan.total)
     return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
   char* ws = static_cast<char*>(workspace.untyped_data());
-  ImplicitFilterGradient p{x.untyped_data(), dy.untyped_data(), N, C, s.O, s.G,
+  ImplicitFilterGradient p{x.untyped_data(), dy.untyped_data(), N, C, s.O, groups,
                            splits, reinterpret_cast<float*>(ws + plan.partials), false};
   auto chunk = [&](int64_t n0, int64_t nc) -> ffi::Error {
     if (!s.cl) {
@@ -540,7 +547,7 @@ ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& d
   };
   if (auto err = for_each_image_chunk(N, images, chunk); err.failure()) return err;
   return cuda_error(implicit_filter_finish(p.partials, dw.untyped_data(), dw.element_type(), s.O,
-                                           s.Cg, K, splits, s.cl, stream),
+                                           s.Og, s.Cg, K, splits, pack, s.cl, stream),
                     "filter gradient sum");
 }
 
@@ -674,10 +681,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const DataType in = x.element_type(), out = dw->element_type();
   if (dy.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
-  if (a.algorithm == kAlgorithmImplicit)
+  if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_backward_filter(stream, dy, x, *dw, *workspace, s, a);
-  if (a.algorithm == kAlgorithmPacked)
-    return ffi::Error::InvalidArgument("conv_backward_filter: no packed groups");
   if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))

@@ -408,22 +408,24 @@ filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtenso
 #endif
 }
 
-// dw[e] = the sum over parts of partials[part][o][tap * cg + c], for e in the
-// filter's layout.
+// dw[e] = the sum over parts of partials[part][o][tap * pack * cg + block * cg + c]
+// for e in the filter's layout, block (o / og) % pack: the diagonal block of
+// o's pack of groups.
 template <typename T>
-__global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total, int32_t cg,
-                                     int32_t taps, int32_t splits, bool dw_cl) {
+__global__ void filter_finish_kernel(const float* partials, T* dw, int64_t total, int32_t og,
+                                     int32_t cg, int32_t taps, int32_t splits, int32_t pack,
+                                     bool dw_cl) {
   const int32_t kg = cg * taps;
+  const int64_t part = total * pack;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
-    int64_t at = e;
-    if (!dw_cl) {  // (o, c, tap) -> (o, tap, c)
-      const int64_t o = e / kg;
-      const int32_t rest = static_cast<int32_t>(e - o * kg), c = rest / taps, tap = rest % taps;
-      at = o * kg + static_cast<int64_t>(tap) * cg + c;
-    }
+    const int64_t o = e / kg;
+    const int32_t rest = static_cast<int32_t>(e - o * kg);
+    const int32_t c = dw_cl ? rest % cg : rest / taps, tap = dw_cl ? rest / cg : rest % taps;
+    const int32_t block = pack > 1 ? static_cast<int32_t>(o / og % pack) : 0;
+    const int64_t at = (o * taps + tap) * (static_cast<int64_t>(cg) * pack) + block * cg + c;
     float sum = 0.f;
 #pragma unroll 8
-    for (int32_t s = 0; s < splits; ++s) sum += partials[s * total + at];
+    for (int32_t s = 0; s < splits; ++s) sum += partials[s * part + at];
     dw[e] = store_value<T>(sum);
   }
 }
@@ -542,30 +544,28 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& c, const Geom
 }
 
 cudaError_t implicit_filter_finish(const float* partials, void* dw, xla::ffi::DataType type,
-                                   int64_t o, int64_t cg, int64_t taps, int64_t splits,
-                                   bool dw_channels_last, cudaStream_t stream) {
+                                   int64_t o, int64_t og, int64_t cg, int64_t taps, int64_t splits,
+                                   int64_t pack, bool dw_channels_last, cudaStream_t stream) {
   using xla::ffi::DataType;
   const int64_t total = o * cg * taps;
   if (total == 0) return cudaSuccess;
+  if (pack < 1 || og < 1 || cg * taps * pack >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const unsigned blocks = blocks_for(total);
-  const int32_t c32 = static_cast<int32_t>(cg), t32 = static_cast<int32_t>(taps),
-                s32 = static_cast<int32_t>(splits);
+  const int32_t o32 = static_cast<int32_t>(og), c32 = static_cast<int32_t>(cg),
+                t32 = static_cast<int32_t>(taps), s32 = static_cast<int32_t>(splits),
+                p32 = static_cast<int32_t>(pack);
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    filter_finish_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        partials, static_cast<T*>(dw), total, o32, c32, t32, s32, p32, dw_channels_last);
+    return cudaGetLastError();
+  };
   switch (type) {
-    case DataType::F32:
-      filter_finish_kernel<float><<<blocks, kThreads, 0, stream>>>(
-          partials, static_cast<float*>(dw), total, c32, t32, s32, dw_channels_last);
-      break;
-    case DataType::BF16:
-      filter_finish_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
-          partials, static_cast<__nv_bfloat16*>(dw), total, c32, t32, s32, dw_channels_last);
-      break;
-    case DataType::F16:
-      filter_finish_kernel<__half><<<blocks, kThreads, 0, stream>>>(
-          partials, static_cast<__half*>(dw), total, c32, t32, s32, dw_channels_last);
-      break;
+    case DataType::F32: return launch(float{});
+    case DataType::BF16: return launch(__nv_bfloat16{});
+    case DataType::F16: return launch(__half{});
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace im2col::cuda

@@ -55,9 +55,11 @@ cudaError_t implicit_filter_gradient(const ImplicitFilterGradient& p, const Geom
                                      xla::ffi::DataType in, cudaStream_t stream);
 
 // dw = the sum of the `splits` parts in order, in the filter's layout
-// ((O, K, Cg) channels-last, (O, Cg, K) channels-first) and type.
+// ((O, K, Cg) channels-last, (O, Cg, K) channels-first) and type. With
+// pack > 1 the parts are those of groups of `pack` (o x taps * pack * cg), of
+// which output channel o keeps block (o / og) % pack.
 cudaError_t implicit_filter_finish(const float* partials, void* dw, xla::ffi::DataType type,
-                                   int64_t o, int64_t cg, int64_t taps, int64_t splits,
-                                   bool dw_channels_last, cudaStream_t stream);
+                                   int64_t o, int64_t og, int64_t cg, int64_t taps, int64_t splits,
+                                   int64_t pack, bool dw_channels_last, cudaStream_t stream);
 
 }  // namespace im2col::cuda
