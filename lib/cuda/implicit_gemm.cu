@@ -49,7 +49,9 @@ implicit_conv_kernel(const __grid_constant__ Passes ps) {
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t m0;
-  const Params& p = ps.pass[block_pass<BM>(ps, m0)];
+  const int pass = block_pass<BM>(ps, m0);
+  if (pass < 0) return;
+  const Params& p = ps.pass[pass];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, THREADS>(p, m0, origins, positions);
   __syncthreads();

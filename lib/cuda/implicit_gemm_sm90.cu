@@ -95,7 +95,9 @@ implicit_conv_gather_kernel(const __grid_constant__ Passes ps) {
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
   int64_t m0;
-  const Params& p = ps.pass[block_pass<BM>(ps, m0)];
+  const int pass = block_pass<BM>(ps, m0);
+  if (pass < 0) return;
+  const Params& p = ps.pass[pass];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, THREADS>(p, m0, origins, positions);
   __syncthreads();
@@ -190,6 +192,7 @@ implicit_conv_tma_kernel(const __grid_constant__ Passes ps, const __grid_constan
 
   int64_t m0;
   const int pass = block_pass<BM>(ps, m0);
+  if (pass < 0) return;
   const Params& p = ps.pass[pass];
   const int32_t n0 = blockIdx.y * BN, group = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
   prepare_rows<BM, kTmaThreads>(p, m0, origins, positions);

@@ -61,15 +61,20 @@ struct Params : WindowParams {
 };
 
 // The convolutions of one launch (kMaxPasses in implicit_gemm.h; the phases
-// of a strided input gradient): each pass's BM-row tiles follow the previous
-// pass's along blockIdx.x; all share Og, groups and splits. Kernels take it
+// of a strided input gradient): their BM-row tiles interleaved along
+// blockIdx.x (block_pass); all share Og, groups and splits. Kernels take it
 // __grid_constant__, so that indexing it by pass reads their parameters in
 // place rather than copying them.
 struct Passes {
   Params pass[kMaxPasses];
-  int32_t tiles_end[kMaxPasses];  // set by launch_tiles for its BM
   int32_t count;
 
+  // BM-row tiles of the pass with the most.
+  int64_t most_tiles(int64_t bm) const {
+    int64_t t = 0;
+    for (int i = 0; i < count; ++i) t = std::max<int64_t>(t, (pass[i].m_total + bm - 1) / bm);
+    return t;
+  }
   // BM-row tiles of all passes.
   int64_t tiles(int64_t bm) const {
     int64_t t = 0;
@@ -78,13 +83,17 @@ struct Passes {
   }
 };
 
-// This block's pass and the first row m0 of its tile in that pass.
+// This block's pass and the first row m0 of its tile in that pass, or -1
+// where that pass has no such tile (the block then exits). Block b takes tile
+// b / count of pass b % count: the phases of a strided input gradient write
+// each region of y at about the same time, so that their stores, stride apart
+// in y, fill each other's sectors in L2 before they go to memory (pass after
+// pass, each left its sectors part-written: BENCHMARKS.md, step 40).
 template <int BM>
 __device__ __forceinline__ int block_pass(const Passes& ps, int64_t& m0) {
-  int i = 0;
-  while (i + 1 < ps.count && static_cast<int32_t>(blockIdx.x) >= ps.tiles_end[i]) ++i;
-  m0 = (static_cast<int64_t>(blockIdx.x) - (i > 0 ? ps.tiles_end[i - 1] : 0)) * BM;
-  return i;
+  const int i = static_cast<int>(blockIdx.x % static_cast<unsigned>(ps.count));
+  m0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(ps.count)) * BM;
+  return m0 < ps.pass[i].m_total ? i : -1;
 }
 
 // The Hopper kernels for T inputs and TY outputs (implicit_gemm_sm90.cu);
@@ -109,12 +118,8 @@ cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
 template <typename Kernel, typename... Args>
 cudaError_t launch_tiles(Kernel kernel, Passes ps, int64_t groups, int bm, int bn, int threads,
                          int bytes, cudaStream_t stream, const Args&... args) {
-  const int64_t tiles = ps.tiles(bm);
+  const int64_t tiles = ps.most_tiles(bm) * ps.count;  // block_pass's interleave
   if (tiles >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  for (int i = 0, end = 0; i < ps.count; ++i) {
-    end += static_cast<int32_t>((ps.pass[i].m_total + bm - 1) / bm);
-    ps.tiles_end[i] = end;
-  }
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((ps.pass[0].Og + bn - 1) / bn),
                   static_cast<unsigned>(groups * ps.pass[0].splits));
   return launch_with_shared(kernel, grid, threads, bytes, stream, ps, args...);
