@@ -520,12 +520,15 @@ def test_tf32_roundings():
   np.testing.assert_array_equal(truncate_to_tf32(a), [1, 1, -1, 1 + 2.0 ** -10])
 
 
-def _implicit_spec(case, layout, dtype):
+def _implicit_spec(case, layout, dtype, groups=None):
+  """The fields of a ConvSpec that the routing rules read."""
+  groups = case["groups"] if groups is None else groups
   return types.SimpleNamespace(
-      groups=case["groups"], channels_last=layout == "cl",
+      groups=groups, channels_last=layout == "cl",
       precision=_conv_primitives.PRECISION_DEFAULT,
       window=types.SimpleNamespace(kernel_size=int(np.prod(case["kernel"])), is_identity=False,
-                                   lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]))
+                                   lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]),
+      with_groups=lambda g: _implicit_spec(case, layout, dtype, g))
 
 
 def forward_and_gradients(platform, cfg, dtype, seed):
