@@ -10,22 +10,18 @@
 namespace im2col::cuda {
 namespace {
 
-// One tile (transpose_tile.cuh) per block and image: 64 positions x 128
-// bytes of channels.
+// One tile (transpose_tile.cuh) per block: 64 positions (across images) x
+// 128 bytes of channels.
 template <typename T, bool kVectorLoads, bool kVectorStores>
 __global__ void __launch_bounds__(kThreads)
-    to_channels_last_kernel(const T* x, T* out, int64_t n, int32_t c, int32_t size, FastDiv run) {
+    to_channels_last_kernel(const T* x, T* out, int32_t c, FastDiv size, int32_t total,
+                            FastDiv run) {
   __shared__ alignas(16) T tile[transpose::Tile<T>::kElements];
   const int32_t s0 = blockIdx.x * transpose::kPositions;
   const int32_t c0 = blockIdx.y * transpose::Tile<T>::kChannels;
-  for (int64_t image = blockIdx.z; image < n; image += gridDim.z) {
-    const int64_t offset = image * c * size;
-    transpose::load_tile<T, kVectorLoads>(x + offset, c, size, s0, c0, tile, threadIdx.x);
-    __syncthreads();
-    transpose::store_tile<T, kVectorStores>(tile, c, size, s0, c0, run, out + offset,
-                                            threadIdx.x);
-    __syncthreads();
-  }
+  transpose::load_tile<T, kVectorLoads>(x, c, size, total, s0, c0, tile, threadIdx.x);
+  __syncthreads();
+  transpose::store_tile<T, kVectorStores>(tile, c, total, s0, c0, run, out, threadIdx.x);
 }
 
 // A TapMap in 32 bits, 3-D view (leading dimensions of extent 1).
@@ -104,33 +100,40 @@ __global__ void implicit_filter_kernel(const T* w, T* out, const __grid_constant
 namespace {
 
 // out (n, size, c) = x (n, c, size), with the positions reversed within runs
-// of `run` (transpose::reversed_in_runs; size a multiple of run).
+// of `run` (transpose::reversed_in_runs; size a multiple of run); launches of
+// as many images as keep their positions in 32 bits.
 cudaError_t transpose_images(const void* x, void* out, size_t elem_bytes, int64_t n, int64_t c,
                              int64_t size, int64_t run, cudaStream_t stream) {
   if (n == 0 || c == 0 || size == 0) return cudaSuccess;
-  if (size >= (int64_t{1} << 31) || c >= (int64_t{1} << 31) || elem_bytes == 0 || elem_bytes > 16 ||
-      run < 1 || size % run != 0)
-    return cudaErrorInvalidValue;
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  if (size >= kLimit || c >= kLimit || run < 1 || size % run != 0) return cudaErrorInvalidValue;
   const int64_t vector = 16 / static_cast<int64_t>(elem_bytes);
-  const int64_t tiles_s = (size + transpose::kPositions - 1) / transpose::kPositions;
   const int64_t tiles_c = (c + transpose::kChunks * vector - 1) / (transpose::kChunks * vector);
   if (tiles_c > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(tiles_s), static_cast<unsigned>(tiles_c),
-                  static_cast<unsigned>(n < 65535 ? n : 65535));
-  const bool vector_loads = size % vector == 0 && aligned_to(x, 16);
-  const bool vector_stores = c % vector == 0 && aligned_to(out, 16);
+  const int64_t per_launch = std::max<int64_t>(1, (kLimit - transpose::kPositions) / size);
   return with_element_bytes(elem_bytes, [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), n,
-                                            static_cast<int32_t>(c), static_cast<int32_t>(size),
-                                            FastDiv(run));
-      return cudaGetLastError();
-    };
-    if (vector_loads && vector_stores) return launch(to_channels_last_kernel<T, true, true>);
-    if (vector_loads) return launch(to_channels_last_kernel<T, true, false>);
-    if (vector_stores) return launch(to_channels_last_kernel<T, false, true>);
-    return launch(to_channels_last_kernel<T, false, false>);
+    for (int64_t n0 = 0; n0 < n; n0 += per_launch) {
+      const int64_t total = std::min(per_launch, n - n0) * size;
+      const T* src = static_cast<const T*>(x) + n0 * c * size;
+      T* dst = static_cast<T*>(out) + n0 * c * size;
+      const bool vector_loads = size % vector == 0 && aligned_to(src, 16);
+      const bool vector_stores = c % vector == 0 && aligned_to(dst, 16);
+      const dim3 grid(static_cast<unsigned>((total + transpose::kPositions - 1) / transpose::kPositions),
+                      static_cast<unsigned>(tiles_c));
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, kThreads, 0, stream>>>(src, dst, static_cast<int32_t>(c), FastDiv(size),
+                                              static_cast<int32_t>(total), FastDiv(run));
+        return cudaGetLastError();
+      };
+      cudaError_t e;
+      if (vector_loads && vector_stores) e = launch(to_channels_last_kernel<T, true, true>);
+      else if (vector_loads) e = launch(to_channels_last_kernel<T, true, false>);
+      else if (vector_stores) e = launch(to_channels_last_kernel<T, false, true>);
+      else e = launch(to_channels_last_kernel<T, false, false>);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
   });
 }
 

@@ -1,6 +1,8 @@
 // The tile of the channels-first to channels-last copy (relayout.cu): 64
-// positions x 128 bytes of channels of one image, staged in shared memory as
-// rows of positions. Loads read 16-byte runs of positions of one channel and
+// positions x 128 bytes of channels, staged in shared memory as rows of
+// positions. Positions are counted across images (position P is position
+// P % size of image P / size), so that images smaller than a tile (a
+// filter's taps, a 7 x 7 feature map) still fill it. Loads read 16-byte runs of positions of one channel and
 // stores write 16-byte runs of channels of one position, so both sides of the
 // copy move whole vectors. Each row's eight 16-byte chunks are XOR-swizzled
 // by the position's vector index: the load's scalar writes (8 runs of
@@ -37,13 +39,24 @@ __device__ __forceinline__ int tile_index(int s, int ch) {
   return s * Tile<T>::kChannels + (((ch / V) ^ ((s / V) % kChunks)) * V) + ch % V;
 }
 
+// Element (position gs across images, channel gc) of channels-first images.
+template <typename T>
+__device__ __forceinline__ const T* element(const T* src, int32_t c, const FastDiv& size,
+                                            int32_t gs, int32_t gc) {
+  int32_t image, s;
+  size.divmod(gs, image, s);
+  return src + (static_cast<int64_t>(image) * c + gc) * static_cast<int32_t>(size.d) + s;
+}
+
 // Load phase: thread `thread` of kThreads copies its runs of positions
-// [s0, s0 + kPositions) of channels [c0, c0 + kChannels) of the
-// channels-first image `src` (c x size) into the tile. kVector: 16-byte loads
-// (size a multiple of V, src 16-byte aligned).
+// [s0, s0 + kPositions) (of `total`, across images) of channels
+// [c0, c0 + kChannels) of the channels-first images `src` (n x c x size)
+// into the tile. kVector: 16-byte loads (size a multiple of V, src 16-byte
+// aligned: a run never crosses an image).
 template <typename T, bool kVector>
-__device__ __forceinline__ void load_tile(const T* src, int32_t c, int32_t size, int32_t s0,
-                                          int32_t c0, T* tile, int thread) {
+__device__ __forceinline__ void load_tile(const T* src, int32_t c, const FastDiv& size,
+                                          int32_t total, int32_t s0, int32_t c0, T* tile,
+                                          int thread) {
   using S = Tile<T>;
   constexpr int V = S::V;
   // Lanes: 8 runs (the swizzle's 8 values) x 4 channels per warp. Every
@@ -57,13 +70,23 @@ __device__ __forceinline__ void load_tile(const T* src, int32_t c, int32_t size,
     const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
     const int ch = (f / kChunks) % S::kChannels;
     const int32_t gc = c0 + ch, gs = s0 + run * V;
-    if (gc >= c || gs >= size) continue;
-    const T* p = src + static_cast<int64_t>(gc) * size + gs;
+    if (gc >= c || gs >= total) continue;
     if constexpr (kVector) {
-      v[k] = *reinterpret_cast<const Pack<T, V>*>(p);
-    } else {
+      v[k] = *reinterpret_cast<const Pack<T, V>*>(element(src, c, size, gs, gc));
+    } else {  // the run may cross into the next image
+      int32_t image, at;
+      size.divmod(gs, image, at);
+      const int32_t extent = static_cast<int32_t>(size.d);
+      const T* p = src + (static_cast<int64_t>(image) * c + gc) * extent + at;
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[k].v[i] = gs + i < size ? p[i] : T{};
+      for (int i = 0; i < V; ++i) {
+        if (gs + i < total) v[k].v[i] = *p;
+        ++p;
+        if (++at == extent) {
+          at = 0;
+          p += static_cast<int64_t>(c - 1) * extent;
+        }
+      }
     }
   }
 #pragma unroll
@@ -86,10 +109,10 @@ __device__ __forceinline__ int32_t reversed_in_runs(int32_t s, const FastDiv& ru
 }
 
 // Store phase: the tile's positions as rows of channels of the channels-last
-// image `dst` (size x c), position s at row reversed_in_runs(s, run).
+// images `dst` (total x c), position s at row reversed_in_runs(s, run).
 // kVector: 16-byte stores (c a multiple of V, dst 16-byte aligned).
 template <typename T, bool kVector>
-__device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t size, int32_t s0,
+__device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t total, int32_t s0,
                                            int32_t c0, const FastDiv& run, T* dst, int thread) {
   using S = Tile<T>;
   constexpr int V = S::V;
@@ -100,7 +123,7 @@ __device__ __forceinline__ void store_tile(const T* tile, int32_t c, int32_t siz
     const int f = thread + k * kThreads;
     const int s = f / kChunks, chunk = f % kChunks;
     const int32_t gs = s0 + s, gc = c0 + chunk * V;
-    if (gs >= size || gc >= c) continue;
+    if (gs >= total || gc >= c) continue;
     const T* t = tile + tile_index<T>(s, chunk * V);
     T* q = dst + static_cast<int64_t>(reversed_in_runs(gs, run)) * c + gc;
     if constexpr (kVector) {
