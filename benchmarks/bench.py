@@ -747,6 +747,29 @@ def op_fold(b: Bench, case: Case, dt: str, layout: str):
     b.skip(base, "torch", "F.fold: 2-D channels-first only")
 
 
+def add_case_arguments(parser) -> None:
+  """The per-op scripts' (op_times.py, kernel_times.py) choice of cases."""
+  parser.add_argument("--cases", required=True, help="comma-separated case names")
+  parser.add_argument("--ops", default="fwd,dgrad,wgrad")
+  parser.add_argument("--dtypes", default="f32,bf16")
+  parser.add_argument("--layouts", default="cf,cl")
+
+
+def chosen_configs(parser, args):
+  """(case, dtype, layout) for each of add_case_arguments' choices that the
+  case has."""
+  by_name = {c.name: c for c in SUITE + EXTRAS}
+  unknown = [n for n in args.cases.split(",") if n not in by_name]
+  if unknown:
+    parser.error(f"unknown cases {unknown}; known: {sorted(by_name)}")
+  for name in args.cases.split(","):
+    case = by_name[name]
+    for dt in args.dtypes.split(","):
+      for layout in args.layouts.split(","):
+        if dt in case.dtypes and layout in case.layouts:
+          yield case, dt, layout
+
+
 def conv_impls(case: Case, layout: str, dt: str) -> list:
   """(impl name, conv function or None) for ours and XLA, at DEFAULT and (f32) HIGHEST."""
   impls = [("ours", OURS_CONV, None), ("xla", lax.conv_general_dilated, None)]

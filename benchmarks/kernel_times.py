@@ -36,35 +36,27 @@ def kernels_of(run):
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
-  parser.add_argument("--cases", required=True)
-  parser.add_argument("--ops", default="fwd,dgrad,wgrad")
-  parser.add_argument("--dtypes", default="f32,bf16")
-  parser.add_argument("--layouts", default="cf,cl")
+  bench.add_case_arguments(parser)
   parser.add_argument("--xla", action="store_true", help="XLA's kernels too")
   args = parser.parse_args()
-  by_name = {c.name: c for c in bench.SUITE + bench.EXTRAS}
   data = bench.Data()
   rows = []
-  for name in args.cases.split(","):
-    case = by_name[name]
-    for dt in args.dtypes.split(","):
-      for layout in args.layouts.split(","):
-        if dt not in case.dtypes or layout not in case.layouts:
-          continue
-        impls = bench.conv_impls(case, layout, dt)[:2 if args.xla else 1]
-        xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
-        for op in args.ops.split(","):
-          operands = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])[0]
-          for impl, fn in impls:
-            f = jax.jit(bench.conv_op(fn, op))
-            jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
-            kernels = kernels_of(lambda: jax.block_until_ready(f(*operands)))
-            total = sum(us for _, us in kernels)
-            print(f"=== {name} {dt} {layout} {op} {impl}: {total:.1f} us", flush=True)
-            for kname, us in kernels:
-              print(f"  {us:8.1f} us  {kname[:120]}")
-            rows.append(dict(shape=name, dtype=dt, layout=layout, op=op, impl=impl,
-                             total_us=total, kernels=kernels))
+  for case, dt, layout in bench.chosen_configs(parser, args):
+    name = case.name
+    impls = bench.conv_impls(case, layout, dt)[:2 if args.xla else 1]
+    xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
+    for op in args.ops.split(","):
+      operands = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])[0]
+      for impl, fn in impls:
+        f = jax.jit(bench.conv_op(fn, op))
+        jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
+        kernels = kernels_of(lambda: jax.block_until_ready(f(*operands)))
+        total = sum(us for _, us in kernels)
+        print(f"=== {name} {dt} {layout} {op} {impl}: {total:.1f} us", flush=True)
+        for kname, us in kernels:
+          print(f"  {us:8.1f} us  {kname[:120]}")
+        rows.append(dict(shape=name, dtype=dt, layout=layout, op=op, impl=impl,
+                         total_us=total, kernels=kernels))
   with open(os.path.join(args.out, "kernel_times.json"), "w") as f:
     json.dump(dict(device=str(jax.devices()[0]), rows=rows), f, indent=1)
 

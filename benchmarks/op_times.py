@@ -24,38 +24,27 @@ CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=15, budget_s=0.08)
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
-  parser.add_argument("--cases", required=True, help="comma-separated case names")
-  parser.add_argument("--ops", default="fwd,dgrad,wgrad")
-  parser.add_argument("--dtypes", default="f32,bf16")
-  parser.add_argument("--layouts", default="cf,cl")
+  bench.add_case_arguments(parser)
   parser.add_argument("--deadline-s", type=float, default=1e9)
   args = parser.parse_args()
-  by_name = {c.name: c for c in bench.SUITE + bench.EXTRAS}
-  unknown = [n for n in args.cases.split(",") if n not in by_name]
-  if unknown:
-    parser.error(f"unknown cases {unknown}; known: {sorted(by_name)}")
   data = bench.Data()
   rows = []
   print(f"{'shape':18} {'dtype':5} {'lay':3} {'op':6} {'ours':>9} {'xla':>9} {'ours/xla':>8}", flush=True)
-  for name in args.cases.split(","):
-    case = by_name[name]
-    for dt in args.dtypes.split(","):
-      for layout in args.layouts.split(","):
-        if dt not in case.dtypes or layout not in case.layouts:
-          continue
-        xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
-        (_, ours), (_, xla) = bench.conv_impls(case, layout, dt)[:2]  # DEFAULT precision
-        for op in args.ops.split(","):
-          if time.perf_counter() - bench.T_START > args.deadline_s:
-            break
-          sets = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])
-          row = dict(shape=name, dtype=dt, layout=layout, op=op,
-                     ours=bench.time_jax(jax.jit(bench.conv_op(ours, op)), sets, CFG)["ms"],
-                     xla=bench.time_jax(jax.jit(bench.conv_op(xla, op)), sets, CFG)["ms"])
-          del sets
-          rows.append(row)
-          print(f"{name:18} {dt:5} {layout:3} {op:6} {row['ours']:9.4f} {row['xla']:9.4f} "
-                f"{row['ours'] / row['xla']:8.2f}", flush=True)
+  for case, dt, layout in bench.chosen_configs(parser, args):
+    name = case.name
+    xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
+    (_, ours), (_, xla) = bench.conv_impls(case, layout, dt)[:2]  # DEFAULT precision
+    for op in args.ops.split(","):
+      if time.perf_counter() - bench.T_START > args.deadline_s:
+        break
+      sets = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])
+      row = dict(shape=name, dtype=dt, layout=layout, op=op,
+                 ours=bench.time_jax(jax.jit(bench.conv_op(ours, op)), sets, CFG)["ms"],
+                 xla=bench.time_jax(jax.jit(bench.conv_op(xla, op)), sets, CFG)["ms"])
+      del sets
+      rows.append(row)
+      print(f"{name:18} {dt:5} {layout:3} {op:6} {row['ours']:9.4f} {row['xla']:9.4f} "
+            f"{row['ours'] / row['xla']:8.2f}", flush=True)
   with open(os.path.join(args.out, "op_times.json"), "w") as f:
     json.dump(dict(device=str(jax.devices()[0]), rows=rows), f, indent=1)
 
