@@ -573,11 +573,13 @@ def use_implicit_filter(spec, dtype, c, o, *, positions, images):
 def packed_filter(spec, dtype, c, o, *, positions, images):
   """The packing factor with which the CUDA lowering takes a grouped filter
   gradient as one implicit GEMM per `pack` groups (the forward's _packed), or
-  0. Half types only: their Hopper TMA kernel multiplies the pack x pack
-  blocks at the dense c64 rate (resnext_g32 bf16 0.14 -> ~0.04 ms), where
-  float32's mma.sync kernel would gain nothing on the grouped direct kernel
-  (BENCHMARKS.md, step 39)."""
-  if np.dtype(dtype) not in _HALF:
+  0. Where the grouped direct kernel would take it (_grouped), in half types
+  only: their Hopper TMA kernel multiplies the packs' whole blocks at the
+  dense c64 rate (resnext_g32 bf16 0.15 -> 0.04-0.06 ms), where float32's
+  mma.sync kernel would gain nothing on the grouped kernel (BENCHMARKS.md,
+  step 40). Wider groups keep their unpacked paths, which pay no extra
+  arithmetic."""
+  if np.dtype(dtype) not in _HALF or not _grouped(spec, c, o):
     return 0
   pack = _packed(spec, dtype, c, o)
   if not pack or not _implicit_filter(spec.with_groups(spec.groups // pack), dtype, c, o,

@@ -106,7 +106,9 @@ cudaError_t transpose_images(const void* x, void* out, size_t elem_bytes, int64_
                              int64_t size, int64_t run, cudaStream_t stream) {
   if (n == 0 || c == 0 || size == 0) return cudaSuccess;
   constexpr int64_t kLimit = int64_t{1} << 31;
-  if (size >= kLimit || c >= kLimit || run < 1 || size % run != 0) return cudaErrorInvalidValue;
+  if (size >= kLimit || c >= kLimit || run < 1 || size % run != 0 || elem_bytes == 0 ||
+      16 % elem_bytes != 0)
+    return cudaErrorInvalidValue;
   const int64_t vector = 16 / static_cast<int64_t>(elem_bytes);
   const int64_t tiles_c = (c + transpose::kChunks * vector - 1) / (transpose::kChunks * vector);
   if (tiles_c > 65535) return cudaErrorInvalidValue;
