@@ -95,10 +95,6 @@ __global__ void implicit_filter_kernel(const T* w, T* out, const __grid_constant
   }
 }
 
-}  // namespace
-
-namespace {
-
 // out (n, size, c) = x (n, c, size), with the positions reversed within runs
 // of `run` (transpose::reversed_in_runs; size a multiple of run); launches of
 // as many images as keep their positions in 32 bits.

@@ -39,13 +39,14 @@ __device__ __forceinline__ int tile_index(int s, int ch) {
   return s * Tile<T>::kChannels + (((ch / V) ^ ((s / V) % kChunks)) * V) + ch % V;
 }
 
-// Element (position gs across images, channel gc) of channels-first images.
+// Element (position gs across images, channel gc) of channels-first images,
+// and its position within its image (`at`).
 template <typename T>
 __device__ __forceinline__ const T* element(const T* src, int32_t c, const FastDiv& size,
-                                            int32_t gs, int32_t gc) {
-  int32_t image, s;
-  size.divmod(gs, image, s);
-  return src + (static_cast<int64_t>(image) * c + gc) * static_cast<int32_t>(size.d) + s;
+                                            int32_t gs, int32_t gc, int32_t& at) {
+  int32_t image;
+  size.divmod(gs, image, at);
+  return src + (static_cast<int64_t>(image) * c + gc) * static_cast<int32_t>(size.d) + at;
 }
 
 // Load phase: thread `thread` of kThreads copies its runs of positions
@@ -71,13 +72,12 @@ __device__ __forceinline__ void load_tile(const T* src, int32_t c, const FastDiv
     const int ch = (f / kChunks) % S::kChannels;
     const int32_t gc = c0 + ch, gs = s0 + run * V;
     if (gc >= c || gs >= total) continue;
+    int32_t at;
+    const T* p = element(src, c, size, gs, gc, at);
     if constexpr (kVector) {
-      v[k] = *reinterpret_cast<const Pack<T, V>*>(element(src, c, size, gs, gc));
+      v[k] = *reinterpret_cast<const Pack<T, V>*>(p);
     } else {  // the run may cross into the next image
-      int32_t image, at;
-      size.divmod(gs, image, at);
       const int32_t extent = static_cast<int32_t>(size.d);
-      const T* p = src + (static_cast<int64_t>(image) * c + gc) * extent + at;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         if (gs + i < total) v[k].v[i] = *p;
