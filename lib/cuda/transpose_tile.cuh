@@ -39,6 +39,15 @@ __device__ __forceinline__ int tile_index(int s, int ch) {
   return s * Tile<T>::kChannels + (((ch / V) ^ ((s / V) % kChunks)) * V) + ch % V;
 }
 
+// The load's slot f (thread + k * kThreads): which run of positions and which
+// channel of the tile it copies. Lanes: 8 runs (the swizzle's 8 values) x 4
+// channels per warp.
+template <typename T>
+__device__ __forceinline__ void load_slot(int f, int& run, int& ch) {
+  run = f % kChunks + kChunks * (f / (kChunks * Tile<T>::kChannels));
+  ch = (f / kChunks) % Tile<T>::kChannels;
+}
+
 // Element (position gs across images, channel gc) of channels-first images,
 // and its position within its image (`at`).
 template <typename T>
@@ -60,17 +69,15 @@ __device__ __forceinline__ void load_tile(const T* src, int32_t c, const FastDiv
                                           int thread) {
   using S = Tile<T>;
   constexpr int V = S::V;
-  // Lanes: 8 runs (the swizzle's 8 values) x 4 channels per warp. Every
-  // load of a thread is issued before its first write to the tile.
+  // Every load of a thread is issued before its first write to the tile.
   constexpr int kPerThread = S::kChannels * S::kRuns / kThreads;
   static_assert(kPerThread * kThreads == S::kChannels * S::kRuns);
   Pack<T, V> v[kPerThread]{};
+  int run[kPerThread], ch[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const int f = thread + k * kThreads;
-    const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
-    const int ch = (f / kChunks) % S::kChannels;
-    const int32_t gc = c0 + ch, gs = s0 + run * V;
+    load_slot<T>(thread + k * kThreads, run[k], ch[k]);
+    const int32_t gc = c0 + ch[k], gs = s0 + run[k] * V;
     if (gc >= c || gs >= total) continue;
     int32_t at;
     const T* p = element(src, c, size, gs, gc, at);
@@ -90,13 +97,9 @@ __device__ __forceinline__ void load_tile(const T* src, int32_t c, const FastDiv
     }
   }
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const int f = thread + k * kThreads;
-    const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
-    const int ch = (f / kChunks) % S::kChannels;
+  for (int k = 0; k < kPerThread; ++k)
 #pragma unroll
-    for (int i = 0; i < V; ++i) tile[tile_index<T>(run * V + i, ch)] = v[k].v[i];
-  }
+    for (int i = 0; i < V; ++i) tile[tile_index<T>(run[k] * V + i, ch[k])] = v[k].v[i];
 }
 
 // Position s of the source lands at row reversed_in_runs(s) of dst: the

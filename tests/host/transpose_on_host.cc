@@ -80,9 +80,8 @@ bool no_bank_conflicts(int allowed) {
       for (int i = 0; i < V; ++i) {
         std::vector<int64_t> offsets;
         for (int lane = 0; lane < 32; ++lane) {
-          const int f = warp * 32 + lane + k * kThreads;
-          const int run = f % kChunks + kChunks * (f / (kChunks * S::kChannels));
-          const int ch = (f / kChunks) % S::kChannels;
+          int run, ch;
+          load_slot<T>(warp * 32 + lane + k * kThreads, run, ch);
           offsets.push_back(int64_t{tile_index<T>(run * V + i, ch)} * sizeof(T));
         }
         worst = std::max(worst, worst_bank(offsets, sizeof(T)));
