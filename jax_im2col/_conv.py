@@ -3,6 +3,7 @@ computed as im2col + GEMM, with gradients built from fold and GEMM."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 
@@ -14,7 +15,7 @@ from jax import lax
 from . import _conv_primitives as P
 from ._api import check_float_array, conv_dimension_numbers
 from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, check_lax_padding,
-                        resolve_padding)
+                        resolve_padding, transposed_window)
 from ._workspace import get_workspace_limit
 
 _HIGHEST_NAMES = {"highest", "float32", "high", "bfloat16_3x"}
@@ -70,6 +71,36 @@ def _layout_perms(lhs_spec, rhs_spec, out_spec, channels_last: bool):
 
 def _transpose(x, perm):
   return x if tuple(perm) == tuple(range(x.ndim)) else jnp.transpose(x, perm)
+
+
+def _transposed_filter(w, groups: int, channels_last: bool):
+  """A canonical filter (O, Cg, *K) / (O, *K, Cg) as the filter (C, Og, *K) /
+  (C, *K, Og) of transposed_window's input gradient: in each group, input and
+  output channels swapped and the taps reversed."""
+  nd = w.ndim - 2
+  og = w.shape[0] // groups
+  v = w.reshape((groups, og, *w.shape[1:]))
+  if channels_last:  # (G, Og, *K, Cg) -> (G, Cg, *K, Og)
+    v = jnp.swapaxes(v, 1, nd + 2)
+    return jnp.flip(v.reshape((-1, *v.shape[2:])), tuple(range(1, nd + 1)))
+  v = jnp.swapaxes(v, 1, 2)  # (G, Og, Cg, *K) -> (G, Cg, Og, *K)
+  return jnp.flip(v.reshape((-1, *v.shape[2:])), tuple(range(2, nd + 2)))
+
+
+def _convolve(x, w, spec, out_dtype, in_spatial):
+  """The forward on canonical operands. A transposed convolution (lhs
+  dilation, unit stride) runs as the input gradient of the strided window
+  (transposed_window), so that neither it nor its gradients multiply the
+  zeros lhs dilation inserts; except where the result is wider than the
+  operands (half types to float32), which only the forward produces
+  natively."""
+  strided = transposed_window(spec.window)
+  out_spatial = spec.window.output_spatial(in_spatial)
+  if strided is None or out_dtype != x.dtype or x.size == 0 or w.size == 0 or not all(out_spatial):
+    return P.bind(P.conv_forward_p, x, w, spec=spec, out_dtype=out_dtype)
+  return P.bind(P.conv_backward_data_p, x, _transposed_filter(w, spec.groups, spec.channels_last),
+                spec=dataclasses.replace(spec, window=strided), out_dtype=out_dtype,
+                in_spatial=out_spatial)
 
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
@@ -148,7 +179,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
 
   spec = P.ConvSpec(window=window, channels_last=channels_last, groups=groups, precision=level,
                     workspace_limit=get_workspace_limit())
-  y = P.bind(P.conv_forward_p, x, w, spec=spec, out_dtype=out_dtype)
+  y = _convolve(x, w, spec, out_dtype, in_spatial)
   y = _transpose(y, out_perm)
   if out_sharding is not None:
     y = jax.sharding.reshard(y, out_sharding)

@@ -249,6 +249,7 @@ ALGORITHM_GEMM = 0
 ALGORITHM_DIRECT = 1
 ALGORITHM_IMPLICIT = 2
 ALGORITHM_PACKED = 3  # the implicit GEMM on packed groups (_packed)
+ALGORITHM_GEMM_CHANNELS_LAST = 4  # filter gradient: im2col + GEMM on channels-last copies
 # Small groups take the scalar direct kernels up to this many filter taps per
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
@@ -785,10 +786,54 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
                       algorithm=ALGORITHM_DIRECT)
   if use_implicit_filter(spec, dtype, c, o, positions=_positions(dya, spec), images=xa.shape[0]):
     return _implicit_filter_call(ctx, dy, x, spec)
+  if gemm_filter_channels_last(spec, xa, dya):
+    plan = _channels_last_filter_plan(spec, xa, dya)
+    if plan is not None:
+      return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=plan.images,
+                        positions=plan.positions, workspace_bytes=plan.workspace_bytes,
+                        algorithm=ALGORITHM_GEMM_CHANNELS_LAST)
   no_columns = spec.window.is_identity and spec.channels_last
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
                transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)
   return _gemm_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)
+
+
+# The channels-first filter gradient on im2col + cuBLAS unfolds x's planes
+# into columns and dy's into rows, which runs far below copy bandwidth on
+# small planes (14 x 14 c256: 32 us where the channels-last unfold and two
+# swizzled copies take ~17; BENCHMARKS.md, step 43). Where the columns are at
+# least _FILTER_CL_COLUMNS_RATIO times x, copying x and dy channels-last first
+# costs little next to them.
+_FILTER_CL_COLUMNS_RATIO = 3
+
+
+def gemm_filter_channels_last(spec, xa, dya):
+  """Whether the GEMM filter gradient of a channels-first call runs on
+  channels-last copies (algorithm 4): x's channels in whole 16-byte vectors
+  (the channels-last unfold's vector path), windows that are not 1x1 (whose
+  channels-first columns are plain copies of x's planes) with columns at least
+  _FILTER_CL_COLUMNS_RATIO times x."""
+  c = _unfold.image_channels(xa.shape, spec.channels_last)
+  if spec.channels_last or spec.window.is_identity or not _whole_vectors(c, xa.dtype):
+    return False
+  columns = spec.window.kernel_size * _positions(dya, spec)
+  return columns >= _FILTER_CL_COLUMNS_RATIO * _positions(xa, spec)
+
+
+def _channels_last_filter_plan(spec, xa, dya):
+  """Algorithm 4's chunks: whole images of x and dy made channels-last, their
+  columns and a float32 accumulator for half types; None where one image's
+  exceed the workspace cap (then the channels-first path takes the call in
+  chunks of positions)."""
+  dtype = np.dtype(xa.dtype)
+  c, o = _channels(spec, xa, dya)
+  k, positions = spec.window.kernel_size, _positions(dya, spec)
+  plan = plan_chunks(n=xa.shape[0], positions=positions, cols_row_bytes=c * k * dtype.itemsize,
+                     extra_row_bytes=o * dtype.itemsize, limit=spec.workspace_limit,
+                     needs_columns=True, groups=spec.groups,
+                     acc_bytes=o * (c // spec.groups) * k * 4 if dtype in _HALF else 0,
+                     image_bytes=c * _positions(xa, spec) * dtype.itemsize)
+  return plan if plan.positions >= positions else None
 
 
 mlir.register_lowering(conv_forward_p, _forward_cuda, platform="cuda")

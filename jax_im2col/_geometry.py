@@ -156,6 +156,26 @@ class Window:
     )
 
 
+def transposed_window(window: Window) -> Window | None:
+  """The strided window whose input gradient is this window's convolution, for
+  a unit-stride window with lhs dilation (a transposed convolution), else None.
+
+  With lhs dilation d, padding (lo, hi), rhs dilation r and k taps, output t
+  takes input i through tap k where d i = t + r k - lo. The input gradient of
+  the window with stride d, padding (r (k - 1) - lo, r (k - 1) - hi) and the
+  taps reversed relates the same (i, t) pairs, and maps an output of
+  output_spatial(n) positions back onto exactly n (n - 1 = ((n - 1) d) // d),
+  so the forward becomes that input gradient and never multiplies the zeros
+  lhs dilation inserts.
+  """
+  if any(s != 1 for s in window.stride) or all(l == 1 for l in window.lhs_dilation):
+    return None
+  pads = tuple((r * (k - 1) - lo, r * (k - 1) - hi)
+               for k, r, (lo, hi) in zip(window.kernel, window.rhs_dilation, window.padding))
+  return Window(kernel=window.kernel, stride=window.lhs_dilation, rhs_dilation=window.rhs_dilation,
+                lhs_dilation=(1,) * window.nd, padding=pads)
+
+
 def check_lax_padding(window: Window, in_spatial: Sequence[int], name: str) -> None:
   """lax refuses paddings that leave a (dilated) input dimension negative."""
   for n, l, (lo, hi) in zip(in_spatial, window.lhs_dilation, window.padding):

@@ -64,18 +64,21 @@ def align(n: int) -> int:
 
 
 def plan_chunks(*, n: int, positions: int, cols_row_bytes: int, extra_row_bytes: int,
-                limit: int, needs_columns: bool, groups: int, acc_bytes: int) -> ChunkPlan:
+                limit: int, needs_columns: bool, groups: int, acc_bytes: int,
+                image_bytes: int = 0) -> ChunkPlan:
   """Chunk sizes and the workspace (bytes) for one convolution call.
 
   cols_row_bytes: columns bytes per output position (C * K * element size);
   extra_row_bytes: other per-position scratch (the transposed output gradient);
-  acc_bytes: a fixed float32 accumulator.
+  image_bytes: scratch per image of a chunk of whole images (a channels-last
+  copy of x); acc_bytes: a fixed float32 accumulator.
   """
   per_position = cols_row_bytes + extra_row_bytes
-  if not needs_columns or per_position == 0 or n == 0 or positions == 0:
+  per_image = per_position * positions + image_bytes
+  if not needs_columns or per_image == 0 or n == 0 or positions == 0:
     images, chunk_positions = max(n, 1), max(positions, 1)
-  elif per_position * positions <= limit:
-    images, chunk_positions = max(1, min(n, limit // (per_position * positions))), positions
+  elif per_image <= limit:
+    images, chunk_positions = max(1, min(n, limit // per_image)), positions
   else:
     chunk_positions = max(1, limit // per_position)
     if chunk_positions >= 8:
@@ -83,6 +86,7 @@ def plan_chunks(*, n: int, positions: int, cols_row_bytes: int, extra_row_bytes:
     images = 1
   cols = images * chunk_positions * cols_row_bytes if needs_columns else 0
   extra = images * chunk_positions * extra_row_bytes if needs_columns else 0
+  image = images * image_bytes if needs_columns else 0
   total = (align(BLAS_WORKSPACE_BYTES) + align(3 * images * groups * 8) + align(cols)
-           + align(extra) + align(acc_bytes))
+           + align(extra) + align(image) + align(acc_bytes))
   return ChunkPlan(images, chunk_positions, total)

@@ -16,17 +16,19 @@ inline size_t align_up(size_t n) {
 }
 
 struct ConvWorkspace {
-  size_t blas = 0, pointers = 0, cols = 0, dyt = 0, acc = 0;  // offsets
+  size_t blas = 0, pointers = 0, cols = 0, dyt = 0, image = 0, acc = 0;  // offsets
   size_t total = 0;
 };
 
 // `cols_elems`: columns of one chunk (0 when the conv needs none);
 // `dyt_elems`: the transposed output gradient of one chunk (backward filter,
-// channels-first); `acc_elems`: a float32 accumulator for the filter gradient
-// of half types; `batches`: GEMM batches that may need pointer arrays.
+// channels-first); `image_bytes`: one chunk of x made channels-last (the
+// filter gradient's algorithm 4); `acc_elems`: a float32 accumulator for the
+// filter gradient of half types; `batches`: GEMM batches that may need
+// pointer arrays.
 inline ConvWorkspace conv_workspace(size_t cols_elems, size_t cols_bytes_per_elem,
                                     size_t dyt_elems, size_t dyt_bytes_per_elem,
-                                    size_t acc_elems, size_t batches) {
+                                    size_t acc_elems, size_t batches, size_t image_bytes = 0) {
   ConvWorkspace w;
   size_t at = 0;
   w.blas = at;
@@ -37,6 +39,8 @@ inline ConvWorkspace conv_workspace(size_t cols_elems, size_t cols_bytes_per_ele
   at += align_up(cols_elems * cols_bytes_per_elem);
   w.dyt = at;
   at += align_up(dyt_elems * dyt_bytes_per_elem);
+  w.image = at;
+  at += align_up(image_bytes);
   w.acc = at;
   at += align_up(acc_elems * 4);
   w.total = at;

@@ -4,6 +4,7 @@ The oracle is always ``jax.lax.conv_general_dilated`` called with the same
 arguments (half types: lax in float32 on the same rounded inputs).
 """
 
+import contextlib
 import math
 import types
 
@@ -83,8 +84,10 @@ TOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5,
 
 @st.composite
 def conv_configs(draw, ranks=(1, 2, 3), groups=("none", "feature", "depthwise", "batch"),
-                 layouts=LAYOUTS):
-  """A random lax-valid convolution: keyword arguments and operand shapes."""
+                 layouts=LAYOUTS, transposed=False):
+  """A random lax-valid convolution: keyword arguments and operand shapes.
+  transposed: unit strides and lhs dilation of at least 2 in some dimension
+  (what lax.conv_transpose builds)."""
   nd = draw(st.sampled_from(ranks))
   specs = layout_specs(draw(st.sampled_from(layouts)), nd, draw)
   kind = draw(st.sampled_from(groups))
@@ -108,8 +111,16 @@ def conv_configs(draw, ranks=(1, 2, 3), groups=("none", "feature", "depthwise", 
   kernel = draw(st.tuples(*[st.integers(1, max_k)] * nd))
   small = st.tuples(*[st.integers(1, 3)] * nd)
   strides, lhs_dil, rhs_dil = draw(small), draw(small), draw(small)
-  padding = draw(st.one_of(st.sampled_from(["SAME", "SAME_LOWER", "VALID"]),
-                           st.tuples(*[st.tuples(st.integers(-2, 3), st.integers(-2, 3))] * nd)))
+  pairs = st.tuples(*[st.tuples(st.integers(-2, 3), st.integers(-2, 3))] * nd)
+  if transposed:
+    strides = (1,) * nd
+    dim = draw(st.integers(0, nd - 1))
+    lhs_dil = tuple(max(l, 2) if i == dim else l for i, l in enumerate(lhs_dil))
+    # Paddings past the dilated kernel's extent make the strided window's
+    # padding negative.
+    pairs = st.tuples(*[st.tuples(st.integers(-2, 5), st.integers(-2, 5))] * nd)
+  padding = draw(pairs if transposed else
+                 st.one_of(st.sampled_from(["SAME", "SAME_LOWER", "VALID"]), pairs))
   if isinstance(padding, str):  # lax defines string padding only without lhs dilation
     lhs_dil = (1,) * nd
   else:  # lax rejects a padded size below zero
@@ -177,6 +188,64 @@ def test_random_configs_float32_highest(platform, cfg, seed):
 def test_random_configs_half(platform, dtype, cfg, seed):
   with on_platform(platform):
     check_against_lax(cfg, seed, dtype)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@settings(max_examples=40, deadline=None)
+@given(cfg=conv_configs(transposed=True), seed=st.integers(0, 2**31 - 1))
+def test_random_transposed_float64(platform, cfg, seed):
+  """Transposed convolutions (lhs dilation, unit strides), which run as the
+  input gradient of a strided window."""
+  with on_platform(platform):
+    check_against_lax(cfg, seed, np.float64)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+@settings(max_examples=8, deadline=None)
+@given(cfg=conv_configs(ranks=(1, 2), transposed=True), seed=st.integers(0, 2**31 - 1))
+def test_random_transposed_low_precision(platform, dtype, cfg, seed):
+  with on_platform(platform):
+    check_against_lax(cfg, seed, dtype)
+
+
+def _primitive_windows(jaxpr):
+  """(primitive name, spec.window) of every conv primitive in a jaxpr, nested
+  jaxprs included."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name.startswith("im2col_conv_"):
+      found.append((eqn.primitive.name, eqn.params["spec"].window))
+    for v in eqn.params.values():
+      sub = getattr(v, "jaxpr", v)  # a ClosedJaxpr's jaxpr, or a Jaxpr
+      if hasattr(sub, "eqns"):
+        found += _primitive_windows(sub)
+  return found
+
+
+def test_transposed_runs_as_strided_input_gradient():
+  """A transposed convolution binds the input gradient of the strided window,
+  and neither it nor its first and second derivatives bind a primitive with
+  lhs dilation (whose kernels would multiply the inserted zeros); where the
+  result is wider than the operands (bfloat16 to float32), the forward keeps
+  the lhs-dilated window, which produces it natively."""
+  x, w = jnp.ones((2, 3, 5, 6)), jnp.ones((4, 3, 3, 2))
+  kw = dict(window_strides=(1, 1), padding=((1, 2), (0, 1)), lhs_dilation=(2, 3), rhs_dilation=(2, 1))
+  f = lambda x, w: conv(x, w, **kw)
+  (name, window), = _primitive_windows(jax.make_jaxpr(f)(x, w).jaxpr)
+  assert name == "im2col_conv_backward_data"
+  assert window.stride == (2, 3) and window.lhs_dilation == (1, 1)
+  assert window.padding == ((3, 2), (1, 0))  # (r (k - 1) - lo, r (k - 1) - hi)
+  loss = lambda x, w: jnp.sum(jnp.sin(f(x, w)))
+  hvp = lambda x, w: jax.jvp(jax.grad(loss, (0, 1)), (x, w), (x, w))
+  found = _primitive_windows(jax.make_jaxpr(hvp)(x, w).jaxpr)
+  assert {n for n, _ in found} == {"im2col_conv_forward", "im2col_conv_backward_data",
+                                   "im2col_conv_backward_filter"}
+  assert all(win.lhs_dilation == (1, 1) for _, win in found)
+  wide = jax.make_jaxpr(lambda x, w: conv(x, w, preferred_element_type=jnp.float32, **kw))(
+      x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+  (name, window), = _primitive_windows(wide.jaxpr)
+  assert name == "im2col_conv_forward" and window.lhs_dilation == (2, 3)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -788,6 +857,104 @@ def test_implicit_filter_positions_per_call(monkeypatch):
   assert filter_call("cf") == (2, 2)  # 2 images of 400 positions a call
 
 
+# Channels-first filter gradients past the implicit filter gradient's 128
+# output channels: im2col + cuBLAS on channels-last copies (algorithm 4).
+WIDE_FILTER_CASES = {
+    "2d": dict(n=3, c=64, spatial=(9, 10), o=136, kernel=(3, 3), strides=(1, 1),
+               padding=((1, 1), (1, 1)), rhs_dilation=(1, 1), groups=1),
+    "1d-dilated": dict(n=2, c=32, spatial=(50,), o=144, kernel=(5,), strides=(1,),
+                       padding=((4, 3),), rhs_dilation=(2,), groups=1),
+    "3d-strided-groups": dict(n=2, c=32, spatial=(5, 7, 6), o=272, kernel=(3, 3, 3),
+                              strides=(1, 2, 1), padding=((1, 1), (0, 2), (1, 0)),
+                              rhs_dilation=(1, 1, 1), groups=2),
+}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, jnp.bfloat16],
+                         ids=["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("limit", [None, 1], ids=["default-cap", "one-image-a-chunk"])
+@pytest.mark.parametrize("name", list(WIDE_FILTER_CASES))
+def test_wide_filter_gradient_against_float64(platform, dtype, limit, name):
+  """The filter gradient of channels-first calls that take algorithm 4 on the
+  GPU, in one chunk and one image a chunk, against float64: float64 exact,
+  float32 within TF32's error on the GPU, bfloat16 within its output's
+  rounding."""
+  cfg = implicit_config(name, "cf", WIDE_FILTER_CASES)
+  dtype = np.dtype(dtype)
+  case = WIDE_FILTER_CASES[name]
+  item = dtype.itemsize
+  # One image's copies and columns fit; two do not.
+  out = [len(range(0, n + lo + hi - r * (k - 1), s)) for n, k, s, r, (lo, hi) in zip(
+      case["spatial"], case["kernel"], case["strides"], case["rhs_dilation"], case["padding"])]
+  one_image = item * (int(np.prod(out)) * (case["c"] * int(np.prod(case["kernel"])) + case["o"])
+                      + case["c"] * int(np.prod(case["spatial"])))
+  cap = jax_im2col.workspace_limit(one_image) if limit else contextlib.nullcontext()
+  kw = cfg["kwargs"]
+  x, w = operands(cfg, 11, dtype)
+  ct_shape = jax.eval_shape(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w).shape
+  ct = jnp.asarray(np.random.default_rng(12).standard_normal(ct_shape), dtype)
+  with cap:
+    grad = lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kw), w)[1](ct)[0]
+    text = _cuda_text(grad, x, w, ct)
+    with on_platform(platform):
+      dw = jax.jit(grad)(x, w, ct)
+  line = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+  assert "algorithm = 4 " in line
+  assert (f"chunk_images = {1 if limit else case['n']} ") in line
+  exact = on_cpu(lambda x, w, ct: jax.vjp(lambda w: lax.conv_general_dilated(x, w, **kw), w)[1](ct)[0],
+                 *(np.asarray(a, np.float64) for a in (x, w, ct)))
+  if dtype == np.float64:
+    assert_close(dw, exact, 1e-10)
+  elif dtype == np.float32:
+    assert_close(dw, exact.astype(np.float32), 2.0 ** -9 if platform == "gpu" else 1e-5)
+  else:
+    assert_close(dw, exact.astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+
+
+def test_channels_last_filter_gradient_plan():
+  """The channels-first filter gradient on im2col + cuBLAS runs on
+  channels-last copies of x and dy (algorithm 4) where its columns are at
+  least 3 times x, in chunks of whole images whose copies are in its
+  workspace; 1x1 windows, strided windows with few taps, channels-last calls
+  and images whose copies and columns exceed the cap keep algorithm 0."""
+
+  def call(x, w, strides=(1, 1), specs=None, dtype=jnp.bfloat16, limit=1 << 28):
+    xs, ws = jax.ShapeDtypeStruct(x, dtype), jax.ShapeDtypeStruct(w, dtype)
+    grad = jax.grad(lambda w, x: jnp.sum(conv(x, w, strides, "SAME", dimension_numbers=specs)
+                                         .astype(jnp.float32)))
+    with jax_im2col.workspace_limit(limit):
+      text = _cuda_text(grad, ws, xs)
+    line = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+    get = lambda key: int(line.split(f"{key} = ")[1].split(" ")[0])
+    return (get("algorithm"), get("chunk_images"), get("chunk_positions"),
+            int(line.split("tensor<")[-1].split("xui8>")[0]))
+
+  align = lambda n: -(-n // 256) * 256
+  blas = align(32 << 20)
+
+  def expected(images, c, o, k, positions, in_positions, item=2, acc=True):
+    return (blas + align(3 * images * 8) + align(images * positions * c * k * item)
+            + align(images * positions * o * item) + align(images * c * in_positions * item)
+            + align(o * c * k * 4 if acc else 0))
+
+  # 3x3 over 14 x 14, 256 -> 160 channels (past the implicit filter
+  # gradient's 128): columns 9 times x; all 6 images under the default cap.
+  assert call((6, 256, 14, 14), (160, 256, 3, 3)) == (4, 6, 196, expected(6, 256, 160, 9, 196, 196))
+  f32 = call((6, 256, 14, 14), (160, 256, 3, 3), dtype=jnp.float32)
+  assert f32 == (4, 6, 196, expected(6, 256, 160, 9, 196, 196, item=4, acc=False))
+  # A cap of two images' copies and columns: chunks of 2.
+  two = 2 * (196 * (256 * 9 + 160) + 256 * 196) * 2
+  assert call((6, 256, 14, 14), (160, 256, 3, 3), limit=two)[:3] == (4, 2, 196)
+  # Below one image: the channels-first path in chunks of positions.
+  assert call((6, 256, 14, 14), (160, 256, 3, 3), limit=two // 4)[:2] == (0, 1)
+  assert call((6, 256, 14, 14), (160, 256, 1, 1))[0] == 0          # 1x1: columns are x
+  assert call((6, 20, 14, 14), (160, 20, 3, 3))[0] == 0            # 20 channels: 2.5 vectors
+  assert call((6, 256, 40), (160, 256, 3), strides=(2,))[0] == 0   # 1.5 times x
+  cl = ("NHWC", "HWIO", "NHWC")
+  assert call((6, 14, 14, 256), (3, 3, 256, 160), specs=cl)[0] == 0  # already channels-last
+
+
 def test_implicit_gemm_algorithm_choice():
   """Which calls the CUDA lowering sends to the implicit GEMM (algorithm 2),
   and its chunks of channels-first images under the workspace cap."""
@@ -803,15 +970,20 @@ def test_implicit_gemm_algorithm_choice():
 
   assert algorithms() == (2, 2, 2)                          # TF32
   assert algorithms(dtype=jnp.bfloat16) == (2, 2, 2)
-  assert algorithms(precision=HIGHEST) == (0, 0, 0)         # full float32: cuBLAS
+  assert algorithms(precision=HIGHEST) == (0, 0, 4)         # full float32: cuBLAS (dw on cl copies)
   assert algorithms(strides=(2, 2)) == (2, 2, 2)            # the input gradient's 4 phases
   assert algorithms(strides=(2, 2), xc=16) == (2, 0, 2)     # 16 channels of dx: tiles idle
+  # A transposed conv is the strided window's input gradient (4 phases of 32
+  # channels); its gradients that window's forward and filter gradient.
   transposed = lambda x, w: jnp.sum(conv(x, w, (1, 1), ((1, 1), (1, 1)), lhs_dilation=(2, 2)) ** 2)
-  assert _gradient_algorithms(transposed, x, w) == (0, 0, 0)  # lhs dilation: no implicit GEMM
+  assert _gradient_algorithms(transposed, x, w) == (2, 2, 2)
+  strided_transposed = lambda x, w: jnp.sum(conv(x, w, (2, 1), ((1, 1), (1, 1)), lhs_dilation=(2, 2)) ** 2)
+  assert _gradient_algorithms(strided_transposed, x, w) == (0, 0, 4)  # lhs dilation and stride: im2col
   assert algorithms(xc=6) == (0, 2, 0)                      # 6 channels: no whole vectors of x
   assert algorithms(dtype=jnp.float16, xc=12) == (0, 2, 0)  # 12 half channels: 1.5 vectors
-  # The filter gradient: im2col + cuBLAS past 128 output channels per group.
-  for o, expected in ((128, 2), (136, 0)):
+  # The filter gradient: im2col + cuBLAS past 128 output channels per group
+  # (on channels-last copies: algorithm 4).
+  for o, expected in ((128, 2), (136, 4)):
     xs, ws = jax.ShapeDtypeStruct((2, 64, 9, 9), jnp.bfloat16), jax.ShapeDtypeStruct((o, 64, 3, 3), jnp.bfloat16)
     loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1, 1), padding="SAME"))
     assert _gradient_algorithms(loss, xs, ws)[2] == expected

@@ -70,6 +70,17 @@ def test_random_jvp_float64(platform, cfg, seed):
     check_jvp(cfg, seed)
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
+@settings(max_examples=25, deadline=None)
+@given(cfg=conv_configs(transposed=True), seed=st.integers(0, 2**30))
+def test_random_transposed_vjp_jvp_float64(platform, cfg, seed):
+  """Transposed convolutions, whose forward is a strided window's input
+  gradient: their gradients are that window's forward and filter gradient."""
+  with on_platform(platform):
+    check_vjp(cfg, seed)
+    check_jvp(cfg, seed)
+
+
 # A few fixed configurations touching every feature at once.
 FIXED = {
     "groups-nchw": dict(lhs_shape=(2, 6, 7, 8), rhs_shape=(9, 2, 3, 2),
@@ -88,6 +99,10 @@ FIXED = {
     "weird-1d": dict(lhs_shape=(2, 9, 3), rhs_shape=(2, 4, 3),
                      kwargs=dict(window_strides=(2,), padding=((2, 1),), lhs_dilation=(2,),
                                  rhs_dilation=(1,), dimension_numbers=("CWN", "IOW", "WNC"))),
+    "transposed-3d-groups": dict(lhs_shape=(2, 4, 3, 4, 2), rhs_shape=(6, 2, 3, 2, 3),
+                                 kwargs=dict(window_strides=(1, 1, 1), padding=((1, 2), (0, 1), (3, -1)),
+                                             lhs_dilation=(2, 2, 3), rhs_dilation=(1, 2, 1),
+                                             dimension_numbers=None, feature_group_count=2)),
     "3d-channels-last": dict(lhs_shape=(1, 4, 5, 3, 2), rhs_shape=(2, 2, 2, 2, 3),
                              kwargs=dict(window_strides=(1, 2, 1), padding=((0, 1), (1, 1), (1, 0)),
                                          rhs_dilation=(1, 1, 2),

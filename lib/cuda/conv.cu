@@ -165,7 +165,10 @@ enum Algorithm : int64_t {
   kAlgorithmGemm = 0,
   kAlgorithmDirect = 1,
   kAlgorithmImplicit = 2,
-  kAlgorithmPacked = 3
+  kAlgorithmPacked = 3,
+  // The filter gradient of channels-first operands as im2col + GEMM on
+  // channels-last copies of whole images of x and dy (backward_filter).
+  kAlgorithmGemmChannelsLast = 4
 };
 
 // Small groups packed for the implicit GEMM: `pack` consecutive groups whose
@@ -222,7 +225,7 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmPacked)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmGemmChannelsLast)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
@@ -272,11 +275,13 @@ struct Context {
   cudaStream_t stream;
 };
 
+// image_elems: channels-last copies of x, of dyt_elt bytes each.
 ffi::Error check_workspace(const ffi::AnyBuffer& ws, size_t cols_elems, size_t cols_elt,
                            size_t dyt_elems, size_t dyt_elt, size_t acc_elems,
-                           Context* c) {
+                           Context* c, size_t image_elems = 0) {
   const size_t batches = static_cast<size_t>(c->a.chunk_images * c->s.G);
-  c->ws = conv_workspace(cols_elems, cols_elt, dyt_elems, dyt_elt, acc_elems, batches);
+  c->ws = conv_workspace(cols_elems, cols_elt, dyt_elems, dyt_elt, acc_elems, batches,
+                         image_elems * dyt_elt);
   c->ws_base = static_cast<char*>(ws.untyped_data());
   if (ws.size_bytes() < c->ws.total)
     return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
@@ -563,6 +568,8 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
+  if (a.algorithm == kAlgorithmGemmChannelsLast)
+    return ffi::Error::InvalidArgument("conv_forward: algorithm 4 is the filter gradient's");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_call(stream, x, w, *y, *workspace, s, a, false);
   if (a.algorithm == kAlgorithmDirect)
@@ -624,6 +631,8 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
+  if (a.algorithm == kAlgorithmGemmChannelsLast)
+    return ffi::Error::InvalidArgument("conv_backward_data: algorithm 4 is the filter gradient's");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_call(stream, dy, w, *dx, *workspace, s, a, true);
   if (a.algorithm == kAlgorithmDirect)
@@ -693,12 +702,22 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
                       "direct conv filter gradient");
   }
   const int64_t C = s.image.c, K = s.g.kernel_size, L = s.g.out_size, O = s.O;
-  const bool use_cols = !(s.identity && s.cl);
+  // Channels-first x and dy made channels-last a chunk of whole images at a
+  // time (into the image and dyt regions), then the channels-last path.
+  const bool relayout = a.algorithm == kAlgorithmGemmChannelsLast;
+  if (relayout && (s.cl || a.chunk_positions < L))
+    return ffi::Error::InvalidArgument(
+        "conv_backward_filter: algorithm 4 takes channels-first operands in whole images");
+  const bool rows_cl = s.cl || relayout;  // x and dy reach the GEMM channels-last
+  const bool use_cols = !(s.identity && rows_cl);
   const size_t cols_elems = use_cols ? a.chunk_images * C * K * a.chunk_positions : 0;
   const size_t dyt_elems = s.cl ? 0 : a.chunk_images * O * a.chunk_positions;
+  const size_t image_elems = relayout ? a.chunk_images * C * s.g.in_size : 0;
   const size_t acc_elems = is_half(in) ? O * s.CgK : 0;
   const size_t ein = ffi::ByteWidth(in);
-  if (auto e = check_workspace(*workspace, cols_elems, ein, dyt_elems, ein, acc_elems, &c); e.failure())
+  if (auto e = check_workspace(*workspace, cols_elems, ein, dyt_elems, ein, acc_elems, &c,
+                               image_elems);
+      e.failure())
     return e;
   auto session = start_gemm(c, device, in);
   if (session.has_error()) return session.error();
@@ -720,7 +739,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     const int64_t M = nc * lc;
     const bool accumulate = !first;
     first = false;
-    if (!s.cl) {
+    if (!rows_cl) {
       const ColumnsLayout lay = cf_row_major(nc, l0, lc);
       if (auto e = cuda_error(launch_unfold(x.untyped_data(), cols, ein, s.g, C, n0, nc, lay, false,
                                             stream), "unfold");
@@ -734,16 +753,29 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
       const Operand B = operand(dyt, M, 0, s.Og * M, in);
       return gemm_grid(gm, CUBLAS_OP_T, CUBLAS_OP_N, s.CgK, s.Og, M, A, B, D, 1, s.G, accumulate);
     }
-    const int64_t row0 = n0 * L + l0;
-    Operand A = operand(static_cast<const char*>(x.untyped_data()) + row0 * C * ein, C, 0, s.Cg, in);
+    // The channels-last x and dy, and the chunk's first image in them.
+    const void* xs = x.untyped_data();
+    const void* dys = dy.untyped_data();
+    int64_t first = n0;
+    if (relayout) {
+      void* image = c.ws_base + c.ws.image;
+      if (auto e = chunk_to_channels_last(xs, n0, nc, C, s.g.in_size, ein, image, stream);
+          e.failure())
+        return e;
+      if (auto e = chunk_to_channels_last(dys, n0, nc, O, L, ein, dyt, stream); e.failure())
+        return e;
+      xs = image, dys = dyt, first = 0;
+    }
+    const int64_t row0 = first * L + l0;
+    Operand A = operand(static_cast<const char*>(xs) + row0 * C * ein, C, 0, s.Cg, in);
     if (use_cols) {
-      if (auto e = cuda_error(launch_unfold(x.untyped_data(), cols, ein, s.g, C, n0, nc,
-                                            cl_layout(s, l0, lc), true, stream), "unfold");
+      if (auto e = cuda_error(launch_unfold(xs, cols, ein, s.g, C, first, nc, cl_layout(s, l0, lc),
+                                            true, stream), "unfold");
           e.failure())
         return e;
       A = operand(cols, C * K, 0, s.CgK, in);
     }
-    const Operand B = operand(static_cast<const char*>(dy.untyped_data()) + row0 * O * ein, O, 0, s.Og, in);
+    const Operand B = operand(static_cast<const char*>(dys) + row0 * O * ein, O, 0, s.Og, in);
     return gemm_grid(gm, CUBLAS_OP_N, CUBLAS_OP_T, s.CgK, s.Og, M, A, B, D, 1, s.G, accumulate);
   });
   if (e.failure() || !is_half(in)) return e;
