@@ -809,12 +809,15 @@ _FILTER_CL_COLUMNS_RATIO = 3
 
 def gemm_filter_channels_last(spec, xa, dya):
   """Whether the GEMM filter gradient of a channels-first call runs on
-  channels-last copies (algorithm 4): x's channels in whole 16-byte vectors
-  (the channels-last unfold's vector path), windows that are not 1x1 (whose
-  channels-first columns are plain copies of x's planes) with columns at least
-  _FILTER_CL_COLUMNS_RATIO times x."""
+  channels-last copies (algorithm 4): float32 or half types (it sums in
+  float32, in the channels-last filter's order, then reorders), x's channels
+  in whole 16-byte vectors (the channels-last unfold's vector path), windows
+  that are not 1x1 (whose channels-first columns are plain copies of x's
+  planes) with columns at least _FILTER_CL_COLUMNS_RATIO times x."""
   c = _unfold.image_channels(xa.shape, spec.channels_last)
-  if spec.channels_last or spec.window.is_identity or not _whole_vectors(c, xa.dtype):
+  dtype = np.dtype(xa.dtype)
+  if (spec.channels_last or spec.window.is_identity or not _whole_vectors(c, dtype)
+      or not (dtype in _HALF or dtype == np.float32)):
     return False
   columns = spec.window.kernel_size * _positions(dya, spec)
   return columns >= _FILTER_CL_COLUMNS_RATIO * _positions(xa, spec)
@@ -822,16 +825,16 @@ def gemm_filter_channels_last(spec, xa, dya):
 
 def _channels_last_filter_plan(spec, xa, dya):
   """Algorithm 4's chunks: whole images of x and dy made channels-last, their
-  columns and a float32 accumulator for half types; None where one image's
-  exceed the workspace cap (then the channels-first path takes the call in
-  chunks of positions)."""
+  columns and a float32 accumulator; None where one image's exceed the
+  workspace cap (then the channels-first path takes the call in chunks of
+  positions)."""
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
   k, positions = spec.window.kernel_size, _positions(dya, spec)
   plan = plan_chunks(n=xa.shape[0], positions=positions, cols_row_bytes=c * k * dtype.itemsize,
                      extra_row_bytes=o * dtype.itemsize, limit=spec.workspace_limit,
                      needs_columns=True, groups=spec.groups,
-                     acc_bytes=o * (c // spec.groups) * k * 4 if dtype in _HALF else 0,
+                     acc_bytes=o * (c // spec.groups) * k * 4,
                      image_bytes=c * _positions(xa, spec) * dtype.itemsize)
   return plan if plan.positions >= positions else None
 

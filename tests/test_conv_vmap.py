@@ -24,7 +24,7 @@ CASES = {
                           dimension_numbers=("CHWN", "IOWH", "HNCW"), feature_group_count=1)),
     "batch-groups": dict(x=(4, 3, 5, 5), w=(4, 3, 2, 2),
                          kw=dict(window_strides=(1, 1), padding="VALID", batch_group_count=2)),
-    "transposed-nhwc": dict(x=(2, 3, 4, 4), w=(3, 2, 4, 6),
+    "transposed-nhwc": dict(x=(2, 3, 4, 4), w=(3, 2, 2, 6),
                             kw=dict(window_strides=(1, 1), padding=((2, 1), (1, 2)), lhs_dilation=(2, 3),
                                     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=2)),
     "depthwise-1d": dict(x=(2, 5, 3), w=(3, 1, 6),

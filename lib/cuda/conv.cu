@@ -704,16 +704,20 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const int64_t C = s.image.c, K = s.g.kernel_size, L = s.g.out_size, O = s.O;
   // Channels-first x and dy made channels-last a chunk of whole images at a
   // time (into the image and dyt regions), then the channels-last path.
+  // The GEMM then writes dw in the channels-last order (O, K, Cg), as float
+  // into the accumulator, which implicit_filter_finish puts in dw's order.
   const bool relayout = a.algorithm == kAlgorithmGemmChannelsLast;
-  if (relayout && (s.cl || a.chunk_positions < L))
+  if (relayout && (s.cl || a.chunk_positions < L || !(is_half(in) || in == DataType::F32)))
     return ffi::Error::InvalidArgument(
-        "conv_backward_filter: algorithm 4 takes channels-first operands in whole images");
+        "conv_backward_filter: algorithm 4 takes channels-first float32 or half operands in "
+        "whole images");
   const bool rows_cl = s.cl || relayout;  // x and dy reach the GEMM channels-last
   const bool use_cols = !(s.identity && rows_cl);
   const size_t cols_elems = use_cols ? a.chunk_images * C * K * a.chunk_positions : 0;
   const size_t dyt_elems = s.cl ? 0 : a.chunk_images * O * a.chunk_positions;
   const size_t image_elems = relayout ? a.chunk_images * C * s.g.in_size : 0;
-  const size_t acc_elems = is_half(in) ? O * s.CgK : 0;
+  const bool float_acc = is_half(in) || relayout;
+  const size_t acc_elems = float_acc ? O * s.CgK : 0;
   const size_t ein = ffi::ByteWidth(in);
   if (auto e = check_workspace(*workspace, cols_elems, ein, dyt_elems, ein, acc_elems, &c,
                                image_elems);
@@ -724,8 +728,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   const Gemm& gm = session->gemm;
   void* cols = c.ws_base + c.ws.cols;
   void* dyt = c.ws_base + c.ws.dyt;
-  const DataType acc_type = is_half(in) ? DataType::F32 : in;
-  void* acc = is_half(in) ? static_cast<void*>(c.ws_base + c.ws.acc) : dw->untyped_data();
+  const DataType acc_type = float_acc ? DataType::F32 : in;
+  void* acc = float_acc ? static_cast<void*>(c.ws_base + c.ws.acc) : dw->untyped_data();
   const Operand D = operand(acc, s.CgK, 0, s.Og * s.CgK, acc_type);
   // The output gradient seen as an image with a 1x1 window: unfolding it
   // with the row-spanning layout transposes it to (o, n, l).
@@ -778,7 +782,12 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     const Operand B = operand(static_cast<const char*>(dys) + row0 * O * ein, O, 0, s.Og, in);
     return gemm_grid(gm, CUBLAS_OP_N, CUBLAS_OP_T, s.CgK, s.Og, M, A, B, D, 1, s.G, accumulate);
   });
-  if (e.failure() || !is_half(in)) return e;
+  if (e.failure()) return e;
+  if (relayout)
+    return cuda_error(implicit_filter_finish(static_cast<const float*>(acc), dw->untyped_data(), in,
+                                             O, s.Og, s.Cg, K, 1, 1, false, stream),
+                      "filter gradient order");
+  if (!is_half(in)) return e;
   const int64_t n = O * s.CgK;
   if (in == DataType::F16)
     from_float_kernel<__half><<<grid_for(n), 256, 0, stream>>>(
