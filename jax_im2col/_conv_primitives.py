@@ -348,21 +348,21 @@ def _implicit_operands(spec, dtype, *, input_gradient):
 
 def implicit_pass_extent(spec, out_spatial, *, input_gradient=False):
   """(output positions per image, taps) of the implicit GEMM's largest pass
-  (implicit_passes in lib/cuda/conv.cu): the forward's own, or the largest
-  phase of the input gradient that some tap reaches (0 positions where none
-  does: the input gradient is all zeros; or with lhs dilation, which no
-  implicit GEMM takes). out_spatial: the spatial extents of the image the call
-  writes."""
+  (implicit_passes in lib/cuda/conv.cu), and the number of passes: the
+  forward's own, or the phases of the input gradient that some tap reaches
+  (0 positions where none does: the input gradient is all zeros; or with lhs
+  dilation, which no implicit GEMM takes). out_spatial: the spatial extents
+  of the image the call writes."""
   w = spec.window
   if any(d != 1 for d in w.lhs_dilation):
-    return 0, 0
+    return 0, 0, 0
   if not input_gradient:
-    return int(np.prod(out_spatial, dtype=np.int64)), w.kernel_size
+    return int(np.prod(out_spatial, dtype=np.int64)), w.kernel_size, 1
   passes = [ph for ph in gradient_phases(w, out_spatial) if ph.window is not None and all(ph.positions)]
   if not passes:
-    return 0, 0
+    return 0, 0, 0
   return (max(int(np.prod(ph.positions, dtype=np.int64)) for ph in passes),
-          max(ph.window.kernel_size for ph in passes))
+          max(ph.window.kernel_size for ph in passes), len(passes))
 
 
 def _packed(spec, dtype, c, o, *, input_gradient=False):
@@ -455,17 +455,25 @@ def _multiprocessors():
     return 132
 
 
-def implicit_splits(*, m, og, o, groups, reduction_bytes, limit):
+# Passes of one launch (kMaxPasses in lib/cuda/implicit_gemm.h).
+_PASSES_PER_LAUNCH = 8
+
+
+def implicit_splits(*, m, og, o, groups, reduction_bytes, limit, passes=1):
   """Parts of the implicit GEMM's reduction (ImplicitConv::splits): where even
-  its smallest tiles (64 x 64) of the m x og outputs per group leave
+  its smallest tiles (64 x 64) of the m x og outputs per group and pass leave
   multiprocessors without a block (a batch of one at 7 x 7, say) and the
   reduction spans at least 16 k-tiles of 128 bytes, enough parts of its
   128 x 64 tiles for two blocks per multiprocessor, each part at least 8
   k-tiles, their float32 partial sums under the workspace cap. (Splitting
-  grids of a wave or more measured no faster: BENCHMARKS.md, step 17.)"""
+  grids of a wave or more measured no faster: BENCHMARKS.md, step 17.)
+  passes: the phases of a strided input gradient, up to _PASSES_PER_LAUNCH of
+  which share a launch unsplit (a split reduction runs them one a launch,
+  each with its own sum: BENCHMARKS.md, step 44)."""
   sms = _multiprocessors()
   k_tiles = -(-reduction_bytes // 128)
-  if -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
+  launch_passes = max(1, min(passes, _PASSES_PER_LAUNCH))
+  if launch_passes * -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
     return 1
   blocks = -(-m // 128) * -(-og // 64) * groups
   splits = min(8, -(-2 * sms // blocks), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)
@@ -493,7 +501,7 @@ def _images_per_chunk(n, per_image_bytes, limit):
 def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, extent, pack,
                    input_gradient=False):
   """image_aval / out_aval: the image the kernel reads and the one it writes;
-  extent: implicit_pass_extent's (positions, taps) of the call;
+  extent: implicit_pass_extent's (positions, taps, passes) of the call;
   channels-first input is made channels-last in chunks of images under the
   workspace cap. The filter goes into the kernel's row layout in the
   workspace (pack times its size; the input gradient's phases partition its
@@ -511,12 +519,12 @@ def _implicit_call(target, ctx, a, b, spec, *, image_aval, out_aval, extent, pac
     images = _images_per_chunk(n, per_image, spec.workspace_limit)
     image_bytes = images * per_image
   c_in, o = _unfold.image_channels(image_aval.shape, cl), _unfold.image_channels(out_aval.shape, cl)
-  positions, taps = extent
+  positions, taps, passes = extent
   m = images * positions
   groups = spec.groups // pack
   splits = 1 if m == 0 else implicit_splits(
       m=m, og=o // groups, o=o, groups=groups, reduction_bytes=c_in // groups * taps * item,
-      limit=spec.workspace_limit)
+      limit=spec.workspace_limit, passes=passes)
   partials = splits * m * o * 4 if splits > 1 else 0
   return _cuda_call(target, ctx, a, b, spec, images=images, positions=splits,
                     workspace_bytes=max(1, align(filter_bytes) + align(image_bytes) + align(partials)),
@@ -809,15 +817,16 @@ _FILTER_CL_COLUMNS_RATIO = 3
 
 def gemm_filter_channels_last(spec, xa, dya):
   """Whether the GEMM filter gradient of a channels-first call runs on
-  channels-last copies (algorithm 4): float32 or half types (it sums in
-  float32, in the channels-last filter's order, then reorders), x's channels
-  in whole 16-byte vectors (the channels-last unfold's vector path), windows
-  that are not 1x1 (whose channels-first columns are plain copies of x's
-  planes) with columns at least _FILTER_CL_COLUMNS_RATIO times x."""
+  channels-last copies (algorithm 4): half types (float32 measured slower:
+  cuBLAS's TF32 GEMM on the channels-last operands, 53 us against 31 for
+  c512), x's channels in whole 16-byte vectors (the channels-last unfold's
+  vector path), windows that are not 1x1 (whose channels-first columns are
+  plain copies of x's planes) with columns at least _FILTER_CL_COLUMNS_RATIO
+  times x."""
   c = _unfold.image_channels(xa.shape, spec.channels_last)
   dtype = np.dtype(xa.dtype)
   if (spec.channels_last or spec.window.is_identity or not _whole_vectors(c, dtype)
-      or not (dtype in _HALF or dtype == np.float32)):
+      or dtype not in _HALF):
     return False
   columns = spec.window.kernel_size * _positions(dya, spec)
   return columns >= _FILTER_CL_COLUMNS_RATIO * _positions(xa, spec)

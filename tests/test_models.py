@@ -23,8 +23,10 @@ def _randn(shape, seed, dtype=np.float32):
 
 
 def _assert_uses_ours(fn, *args):
+  """Ours, not XLA's convolution: the forward primitive, or for transposed
+  convolutions the strided window's input gradient."""
   jaxpr = str(jax.make_jaxpr(fn)(*args))
-  assert "im2col_conv_forward" in jaxpr
+  assert "im2col_conv_forward" in jaxpr or "im2col_conv_backward_data" in jaxpr
   assert "conv_general_dilated" not in jaxpr
 
 

@@ -705,7 +705,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   // Channels-first x and dy made channels-last a chunk of whole images at a
   // time (into the image and dyt regions), then the channels-last path.
   // The GEMM then writes dw in the channels-last order (O, K, Cg), as float
-  // into the accumulator, which implicit_filter_finish puts in dw's order.
+  // into the accumulator, which filter_to_channels_first puts in dw's order.
   const bool relayout = a.algorithm == kAlgorithmGemmChannelsLast;
   if (relayout && (s.cl || a.chunk_positions < L || !(is_half(in) || in == DataType::F32)))
     return ffi::Error::InvalidArgument(
@@ -784,8 +784,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
   });
   if (e.failure()) return e;
   if (relayout)
-    return cuda_error(implicit_filter_finish(static_cast<const float*>(acc), dw->untyped_data(), in,
-                                             O, s.Og, s.Cg, K, 1, 1, false, stream),
+    return cuda_error(filter_to_channels_first(static_cast<const float*>(acc), dw->untyped_data(),
+                                               in, O, K, s.Cg, stream),
                       "filter gradient order");
   if (!is_half(in)) return e;
   const int64_t n = O * s.CgK;

@@ -173,7 +173,60 @@ bool every_tap(const TapMap& m, bool backwards) {
   return true;
 }
 
+// dw[o][c][t] = acc[o][t][c]: per block a tile of kFilterTaps taps (or all of
+// them) x tile_c channels of one output channel, read along c, written along
+// t then c (with every tap in the tile, one contiguous run of dw). tile_c + 1
+// is odd, so the column reads of the tile hit distinct banks.
+constexpr int kFilterTile = 2048, kFilterTaps = 64;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    filter_to_channels_first_kernel(const float* acc, T* dw, int32_t taps, int32_t cg,
+                                    int32_t tile_t, int32_t tile_c, int32_t c_tiles) {
+  __shared__ float tile[kFilterTile + kFilterTaps];
+  const int64_t o = blockIdx.x / c_tiles;
+  const int32_t c0 = static_cast<int32_t>(blockIdx.x % c_tiles) * tile_c;
+  const int32_t t0 = blockIdx.y * tile_t, pitch = tile_c + 1;
+  const int32_t nt = min(tile_t, taps - t0), nc = min(tile_c, cg - c0);
+  const float* src = acc + (o * taps + t0) * cg + c0;
+  for (int32_t i = threadIdx.x; i < nt * nc; i += blockDim.x) {
+    const int32_t t = i / nc, c = i - t * nc;
+    tile[t * pitch + c] = src[static_cast<int64_t>(t) * cg + c];
+  }
+  __syncthreads();
+  T* dst = dw + (o * cg + c0) * taps + t0;
+  for (int32_t i = threadIdx.x; i < nt * nc; i += blockDim.x) {
+    const int32_t c = i / nt, t = i - c * nt;
+    dst[static_cast<int64_t>(c) * taps + t] = from_acc<T>(tile[t * pitch + c]);
+  }
+}
+
 }  // namespace
+
+cudaError_t filter_to_channels_first(const float* acc, void* dw, xla::ffi::DataType type,
+                                     int64_t o, int64_t taps, int64_t cg, cudaStream_t stream) {
+  if (o == 0 || taps == 0 || cg == 0) return cudaSuccess;
+  const int64_t tile_t = std::min<int64_t>(taps, kFilterTaps);
+  int64_t tile_c = std::min<int64_t>(cg, kFilterTile / tile_t);
+  tile_c -= tile_c > 1 && tile_c % 2 == 1;  // an odd pitch
+  const int64_t c_tiles = (cg + tile_c - 1) / tile_c, t_tiles = (taps + tile_t - 1) / tile_t;
+  if (o * c_tiles >= (int64_t{1} << 31) || t_tiles > 65535 || cg >= (int64_t{1} << 31))
+    return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(o * c_tiles), static_cast<unsigned>(t_tiles));
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    filter_to_channels_first_kernel<T><<<grid, kThreads, 0, stream>>>(
+        acc, static_cast<T*>(dw), static_cast<int32_t>(taps), static_cast<int32_t>(cg),
+        static_cast<int32_t>(tile_t), static_cast<int32_t>(tile_c), static_cast<int32_t>(c_tiles));
+    return cudaGetLastError();
+  };
+  switch (type) {
+    case xla::ffi::DataType::F32: return launch(float{});
+    case xla::ffi::DataType::BF16: return launch(__nv_bfloat16{});
+    case xla::ffi::DataType::F16: return launch(__half{});
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 cudaError_t implicit_filter(const void* w, void* out, size_t elem_bytes, bool w_channels_last,
                             int64_t groups, int64_t og, int64_t cg, const TapMap* taps, int count,

@@ -1,7 +1,8 @@
 // Layout changes that feed the implicit GEMM (implicit_gemm.h): a
 // channels-first image to channels-last, and a filter to the row layout the
 // kernel reads, for the forward or (flipped and transposed per group) for
-// the input gradient.
+// the input gradient; and a float32 filter gradient summed in the
+// channels-last order, as a channels-first filter.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,12 +11,18 @@
 #include <cstdint>
 
 #include "../geometry.h"
+#include "xla/ffi/api/ffi.h"
 
 namespace im2col::cuda {
 
 // out (n, size, c) = x (n, c, size) for elements of elem_bytes (2, 4 or 8).
 cudaError_t image_to_channels_last(const void* x, void* out, size_t elem_bytes, int64_t n,
                                    int64_t c, int64_t size, cudaStream_t stream);
+
+// dw (o, cg, taps) of `type` (float32, bfloat16 or float16) = acc (o, taps,
+// cg), float32.
+cudaError_t filter_to_channels_first(const float* acc, void* dw, xla::ffi::DataType type,
+                                     int64_t o, int64_t taps, int64_t cg, cudaStream_t stream);
 
 // Which of the filter's taps each tap of the rows reads: tap u (row-major over
 // `kernel`) reads, per dimension, the filter's tap first + step * u of its
