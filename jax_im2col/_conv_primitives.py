@@ -462,18 +462,19 @@ _PASSES_PER_LAUNCH = 8
 def implicit_splits(*, m, og, o, groups, reduction_bytes, limit, passes=1):
   """Parts of the implicit GEMM's reduction (ImplicitConv::splits): where even
   its smallest tiles (64 x 64) of the m x og outputs per group and pass leave
-  multiprocessors without a block (a batch of one at 7 x 7, say) and the
-  reduction spans at least 16 k-tiles of 128 bytes, enough parts of its
-  128 x 64 tiles for two blocks per multiprocessor, each part at least 8
-  k-tiles, their float32 partial sums under the workspace cap. (Splitting
-  grids of a wave or more measured no faster: BENCHMARKS.md, step 17.)
-  passes: the phases of a strided input gradient, up to _PASSES_PER_LAUNCH of
-  which share a launch unsplit (a split reduction runs them one a launch,
-  each with its own sum: BENCHMARKS.md, step 44)."""
+  over half the multiprocessors without a block (a batch of one at 7 x 7,
+  say) and the reduction spans at least 16 k-tiles of 128 bytes, enough parts
+  of its 128 x 64 tiles for two blocks per multiprocessor, each part at least
+  8 k-tiles, their float32 partial sums under the workspace cap. (Splitting
+  grids of a wave or more measured no faster: BENCHMARKS.md, step 17; nor
+  grids of most of one, whose second kernel, the sum, costs more than the
+  idle multiprocessors: step 44.) passes: the phases of a strided input
+  gradient, up to _PASSES_PER_LAUNCH of which share a launch unsplit (a
+  split reduction runs them one a launch, each with its own sum)."""
   sms = _multiprocessors()
   k_tiles = -(-reduction_bytes // 128)
   launch_passes = max(1, min(passes, _PASSES_PER_LAUNCH))
-  if launch_passes * -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
+  if 2 * launch_passes * -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
     return 1
   blocks = -(-m // 128) * -(-og // 64) * groups
   splits = min(8, -(-2 * sms // blocks), k_tiles // 8, _MAX_GROUPS_IMPLICIT // groups)

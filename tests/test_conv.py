@@ -224,19 +224,22 @@ def _primitive_windows(jaxpr):
   return found
 
 
-def test_transposed_phases_share_one_launch():
-  """A 3-D transposed conv (jax#31662: 2 images of 16^3 x 64 channels to
-  32^3) is its strided window's input gradient of 8 phases, each 8192 output
-  rows: 128 tiles of 64 x 64 alone would split the reduction (one launch and
-  one sum a phase), but the 8 phases share one launch of 1024 tiles, so the
-  reduction stays whole."""
-  x = jax.ShapeDtypeStruct((2, 64, 16, 16, 16), jnp.float32)
+def test_transposed_phases_share_one_launch(monkeypatch):
+  """A 3-D transposed conv (one image of 8 x 8 x 16 x 64 channels to
+  16 x 16 x 32) is its strided window's input gradient of 8 phases, each of
+  1024 output rows: 16 tiles of 64 x 64 alone would split the reduction (one
+  launch and one sum a phase), but the 8 phases share one launch of 128
+  tiles, which leaves few of 132 multiprocessors idle, so the reduction stays
+  whole."""
+  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
+  x = jax.ShapeDtypeStruct((1, 64, 8, 8, 16), jnp.float32)
   w = jax.ShapeDtypeStruct((64, 64, 3, 3, 3), jnp.float32)
   f = lambda x, w: conv(x, w, (1, 1, 1), ((1, 2),) * 3, lhs_dilation=(2, 2, 2))
-  assert _chunk_attrs(_cuda_text(f, x, w), "jax_im2col_conv_backward_data") == (2, 1)
-  splits = lambda passes: _conv_primitives.implicit_splits(
-      m=2 * 4096, og=64, o=64, groups=1, reduction_bytes=64 * 8 * 4, limit=1 << 28, passes=passes)
-  assert splits(1) == 2 and splits(8) == 1
+  assert _chunk_attrs(_cuda_text(f, x, w), "jax_im2col_conv_backward_data") == (1, 1)
+  splits = lambda m, passes: _conv_primitives.implicit_splits(
+      m=m, og=64, o=64, groups=1, reduction_bytes=64 * 8 * 4, limit=1 << 28, passes=passes)
+  assert splits(1024, 1) == 2 and splits(1024, 8) == 1  # 16 k-tiles: 2 parts of 8
+  assert splits(64 * 66, 1) == 1 and splits(64 * 65, 1) == 2  # half the multiprocessors
 
 
 def test_transposed_runs_as_strided_input_gradient():

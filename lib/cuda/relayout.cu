@@ -189,12 +189,14 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t t0 = blockIdx.y * tile_t, pitch = tile_c + 1;
   const int32_t nt = min(tile_t, taps - t0), nc = min(tile_c, cg - c0);
   const float* src = acc + (o * taps + t0) * cg + c0;
+#pragma unroll 4
   for (int32_t i = threadIdx.x; i < nt * nc; i += blockDim.x) {
     const int32_t t = i / nc, c = i - t * nc;
     tile[t * pitch + c] = src[static_cast<int64_t>(t) * cg + c];
   }
   __syncthreads();
   T* dst = dw + (o * cg + c0) * taps + t0;
+#pragma unroll 4
   for (int32_t i = threadIdx.x; i < nt * nc; i += blockDim.x) {
     const int32_t c = i / nt, t = i - c * nt;
     dst[static_cast<int64_t>(c) * taps + t] = from_acc<T>(tile[t * pitch + c]);
