@@ -27,7 +27,7 @@ from jax.interpreters import ad, batching, mlir
 from . import _ffi, _unfold
 from ._geometry import Window, dilated, gradient_phases
 from ._primitive import make_primitive
-from ._workspace import align, plan_chunks
+from ._workspace import BLAS_WORKSPACE_BYTES, align, plan_chunks
 from ._zeros import empty_safe
 
 PRECISION_DEFAULT = 0  # float32 may use TF32 tensor cores on the GPU
@@ -250,6 +250,7 @@ ALGORITHM_DIRECT = 1
 ALGORITHM_IMPLICIT = 2
 ALGORITHM_PACKED = 3  # the implicit GEMM on packed groups (_packed)
 ALGORITHM_GEMM_CHANNELS_LAST = 4  # filter gradient: im2col + GEMM on channels-last copies
+ALGORITHM_GEMM_PER_IMAGE = 5  # channels-first 1x1 filter gradient: a GEMM per image
 # Small groups take the scalar direct kernels up to this many filter taps per
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
@@ -795,6 +796,10 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
                       algorithm=ALGORITHM_DIRECT)
   if use_implicit_filter(spec, dtype, c, o, positions=_positions(dya, spec), images=xa.shape[0]):
     return _implicit_filter_call(ctx, dy, x, spec)
+  if per_image_filter_gradient(spec, xa, dya):
+    slots, workspace = _per_image_filter_plan(spec, xa, dya)
+    return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=slots, positions=1,
+                      workspace_bytes=workspace, algorithm=ALGORITHM_GEMM_PER_IMAGE)
   if gemm_filter_channels_last(spec, xa, dya):
     plan = _channels_last_filter_plan(spec, xa, dya)
     if plan is not None:
@@ -805,6 +810,37 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   plan = _plan(ctx, spec, xa, dya, columns=0 if no_columns else dtype.itemsize,
                transposed_dy=not spec.channels_last, accumulator=dtype in _HALF)
   return _gemm_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, plan)
+
+
+# A channels-first 1x1 filter gradient is, per image, dy (Og x L) times x^T
+# (L x Cg): with at least _PER_IMAGE_MIN_POSITIONS positions per image these
+# products are thick enough for one strided batched cuBLAS call on x and dy as
+# they are, where the im2col + GEMM path first copies both into rows spanning
+# the images (r50_1x1_c256 channels-first: 135 + 36 us of copies before a
+# 54 us GEMM; BENCHMARKS.md, step 45). Smaller planes keep that path.
+_PER_IMAGE_MIN_POSITIONS = 1024
+
+
+def per_image_filter_gradient(spec, xa, dya):
+  """Whether the filter gradient runs as one GEMM per image (algorithm 5):
+  channels-first, a 1x1 window without stride, padding or dilation, float32
+  or half types (summed as float32), at least _PER_IMAGE_MIN_POSITIONS
+  positions per image."""
+  dtype = np.dtype(xa.dtype)
+  return (not spec.channels_last and spec.window.is_identity
+          and (dtype in _HALF or dtype == np.float32)
+          and _positions(dya, spec) >= _PER_IMAGE_MIN_POSITIONS)
+
+
+def _per_image_filter_plan(spec, xa, dya):
+  """(slots, workspace bytes) of algorithm 5: as many float32 slots of dw as
+  images, within the workspace cap (image n adds to slot n % slots), and
+  cuBLAS's workspace and pointers (conv_workspace in lib/conv_workspace.h)."""
+  c, o = _channels(spec, xa, dya)
+  per_slot = o * (c // spec.groups) * 4
+  slots = max(1, min(xa.shape[0], spec.workspace_limit // max(1, per_slot)))
+  return slots, (align(BLAS_WORKSPACE_BYTES) + align(3 * slots * spec.groups * 8)
+                 + align(slots * per_slot))
 
 
 # The channels-first filter gradient on im2col + cuBLAS unfolds x's planes

@@ -927,6 +927,85 @@ def test_wide_filter_gradient_against_float64(platform, dtype, limit, name):
   assert_close(dw, exact.astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
 
 
+# Channels-first 1x1 filter gradients: one GEMM per image (algorithm 5).
+PER_IMAGE_CASES = {
+    "1x1": dict(n=5, c=64, spatial=(32, 33), o=48, kernel=(1, 1), strides=(1, 1),
+                padding=((0, 0), (0, 0)), rhs_dilation=(1, 1), groups=1),
+    "1x1-groups-1d": dict(n=3, c=32, spatial=(1500,), o=64, kernel=(1,), strides=(1,),
+                          padding=((0, 0),), rhs_dilation=(1,), groups=2),
+    "1x1-3d": dict(n=2, c=24, spatial=(8, 12, 11), o=40, kernel=(1, 1, 1), strides=(1, 1, 1),
+                   padding=((0, 0),) * 3, rhs_dilation=(2, 1, 1), groups=1),
+}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype,precision", [(np.float32, HIGHEST), (np.float32, None),
+                                             (jnp.bfloat16, None), (np.float16, None)],
+                         ids=["float32-highest", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("limit", [None, 2], ids=["default-cap", "two-slots"])
+@pytest.mark.parametrize("name", list(PER_IMAGE_CASES))
+def test_per_image_filter_gradient_against_float64(platform, dtype, precision, limit, name):
+  """The filter gradient of channels-first 1x1 windows, one GEMM per image
+  into float32 slots summed in order (algorithm 5 on the GPU), with a slot
+  per image and with two slots for 3 or 5 images, against float64: float32
+  within float32's error at HIGHEST and TF32's at DEFAULT on the GPU, half
+  types within their output's rounding."""
+  cfg = implicit_config(name, "cf", PER_IMAGE_CASES)
+  case = PER_IMAGE_CASES[name]
+  dtype = np.dtype(dtype)
+  kw = dict(cfg["kwargs"], precision=precision)
+  per_slot = case["o"] * case["c"] // case["groups"] * 4
+  cap = jax_im2col.workspace_limit(2 * per_slot) if limit else contextlib.nullcontext()
+  x, w = operands(cfg, 21, dtype)
+  ct_shape = jax.eval_shape(lambda x, w: lax.conv_general_dilated(x, w, **cfg["kwargs"]), x, w).shape
+  ct = jnp.asarray(np.random.default_rng(22).standard_normal(ct_shape), dtype)
+  grad = lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kw), w)[1](ct)[0]
+  with cap:
+    text = _cuda_text(grad, x, w, ct)
+    with on_platform(platform):
+      dw = jax.jit(grad)(x, w, ct)
+  line = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+  assert "algorithm = 5 " in line and f"chunk_images = {2 if limit else case['n']} " in line
+  exact = on_cpu(lambda x, w, ct: jax.vjp(lambda w: lax.conv_general_dilated(x, w, **cfg["kwargs"]),
+                                           w)[1](ct)[0],
+                 *(np.asarray(a, np.float64) for a in (x, w, ct)))
+  if dtype == np.float32:
+    tf32 = platform == "gpu" and precision is None
+    assert_close(dw, exact.astype(np.float32), 2.0 ** -9 if tf32 else 1e-5)
+  else:
+    assert_close(dw, exact.astype(np.float32), UNIT_ROUNDOFF[dtype], dtype=dtype)
+
+
+def test_per_image_filter_gradient_plan():
+  """Which filter gradients take algorithm 5 (channels-first 1x1 windows of
+  float32 or half types with at least 1024 positions per image), with how
+  many slots, and its workspace: cuBLAS's, its pointers, the slots."""
+
+  def call(x, w, specs=None, dtype=jnp.float32, limit=1 << 28, groups=1):
+    xs, ws = jax.ShapeDtypeStruct(x, dtype), jax.ShapeDtypeStruct(w, dtype)
+    strides = (1,) * (len(x) - 2)
+    grad = jax.grad(lambda w, x: jnp.sum(conv(x, w, strides, "VALID", dimension_numbers=specs,
+                                              feature_group_count=groups).astype(jnp.float32)))
+    with jax_im2col.workspace_limit(limit):
+      text = _cuda_text(grad, ws, xs)
+    line = [l for l in text.splitlines() if "custom_call @jax_im2col_conv_backward_filter(" in l][0]
+    get = lambda key: int(line.split(f"{key} = ")[1].split(" ")[0])
+    return get("algorithm"), get("chunk_images"), int(line.split("tensor<")[-1].split("xui8>")[0])
+
+  align = lambda n: -(-n // 256) * 256
+  slots_bytes = lambda slots, groups, o, cg: (align(32 << 20) + align(3 * slots * groups * 8)
+                                              + align(slots * o * cg * 4))
+  assert call((6, 256, 32, 32), (64, 256, 1, 1)) == (5, 6, slots_bytes(6, 1, 64, 256))
+  assert call((6, 256, 32, 32), (64, 256, 1, 1), dtype=jnp.bfloat16)[:2] == (5, 6)
+  assert call((6, 256, 32, 32), (64, 32, 1, 1), groups=8) == (5, 6, slots_bytes(6, 8, 64, 32))
+  assert call((6, 256, 32, 32), (64, 256, 1, 1), limit=3 * 64 * 256 * 4)[:2] == (5, 3)
+  assert call((6, 256, 32, 32), (64, 256, 1, 1), limit=1)[:2] == (5, 1)  # one slot at least
+  assert call((6, 256, 31, 32), (64, 256, 1, 1))[0] == 0          # 992 positions: rows
+  assert call((6, 256, 32, 32), (64, 256, 1, 1), dtype=jnp.float64)[0] == 0
+  cl = ("NHWC", "HWIO", "NHWC")
+  assert call((6, 32, 32, 256), (1, 1, 256, 64), specs=cl)[0] == 0  # one GEMM already
+
+
 def test_channels_last_filter_gradient_plan():
   """The channels-first filter gradient of half types on im2col + cuBLAS
   runs on channels-last copies of x and dy (algorithm 4) where its columns

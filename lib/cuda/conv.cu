@@ -156,7 +156,8 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // algorithm: 0 is im2col + GEMM, 1 the direct kernels (direct_conv.h), 2 the
 // implicit GEMM (implicit_gemm.h for the forward and input gradient,
 // implicit_filter_gradient.h for the filter gradient), 3 the implicit GEMM on
-// packed groups (packed_groups below); for the direct filter gradient,
+// packed groups (packed_groups below); 4 and 5 are filter gradients of
+// channels-first operands (below, and backward_filter); for the direct filter gradient,
 // chunk_positions is the output rows per slice (FilterSlices); for the
 // implicit GEMM, chunk_images is the images made channels-last at once and
 // chunk_positions the parts its reduction is split into
@@ -168,7 +169,11 @@ enum Algorithm : int64_t {
   kAlgorithmPacked = 3,
   // The filter gradient of channels-first operands as im2col + GEMM on
   // channels-last copies of whole images of x and dy (backward_filter).
-  kAlgorithmGemmChannelsLast = 4
+  kAlgorithmGemmChannelsLast = 4,
+  // The filter gradient of a channels-first 1x1 window: one GEMM per image
+  // over its positions, on x and dy as they are, into chunk_images float32
+  // slots, summed in order (per_image_backward_filter).
+  kAlgorithmGemmPerImage = 5
 };
 
 // Small groups packed for the implicit GEMM: `pack` consecutive groups whose
@@ -225,7 +230,7 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmGemmChannelsLast)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmGemmPerImage)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
@@ -568,8 +573,8 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
-  if (a.algorithm == kAlgorithmGemmChannelsLast)
-    return ffi::Error::InvalidArgument("conv_forward: algorithm 4 is the filter gradient's");
+  if (a.algorithm >= kAlgorithmGemmChannelsLast)
+    return ffi::Error::InvalidArgument("conv_forward: algorithms 4 and 5 are filter gradients");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_call(stream, x, w, *y, *workspace, s, a, false);
   if (a.algorithm == kAlgorithmDirect)
@@ -631,8 +636,8 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
-  if (a.algorithm == kAlgorithmGemmChannelsLast)
-    return ffi::Error::InvalidArgument("conv_backward_data: algorithm 4 is the filter gradient's");
+  if (a.algorithm >= kAlgorithmGemmChannelsLast)
+    return ffi::Error::InvalidArgument("conv_backward_data: algorithms 4 and 5 are filter gradients");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_call(stream, dy, w, *dx, *workspace, s, a, true);
   if (a.algorithm == kAlgorithmDirect)
@@ -680,6 +685,45 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   });
 }
 
+// The filter gradient of a channels-first 1x1 window without stride or
+// padding: dw_g = sum over images of dy_{n,g} (Og x L) times x_{n,g}^T (L x
+// Cg), each image's product one GEMM over its L positions in one strided
+// batched call, on x and dy as they are (the im2col + GEMM path would first
+// copy both into rows spanning the images). Image n adds to float32 slot
+// n % chunk_images; implicit_filter_finish sums the slots in order.
+ffi::Error per_image_backward_filter(Context& c, int32_t device, const ffi::AnyBuffer& dy,
+                                     const ffi::AnyBuffer& x, ffi::AnyBuffer& dw,
+                                     const ffi::AnyBuffer& workspace) {
+  const ConvShapes& s = c.s;
+  const DataType in = x.element_type();
+  if (s.cl || !s.identity || !(is_half(in) || in == DataType::F32))
+    return ffi::Error::InvalidArgument(
+        "conv_backward_filter: algorithm 5 takes a channels-first 1x1 window in float32 or half "
+        "types");
+  const int64_t N = s.image.n, L = s.g.out_size, C = s.image.c, O = s.O;
+  const int64_t slots = std::min(c.a.chunk_images, N);
+  if (auto e = check_workspace(workspace, 0, 0, 0, 0, slots * O * s.Cg, &c); e.failure()) return e;
+  auto session = start_gemm(c, device, in);
+  if (session.has_error()) return session.error();
+  float* acc = reinterpret_cast<float*>(c.ws_base + c.ws.acc);
+  const size_t e = ffi::ByteWidth(in);
+  const Operand D = operand(acc, s.Cg, O * s.Cg, s.Og * s.Cg, DataType::F32);
+  for (int64_t n0 = 0; n0 < N; n0 += slots) {
+    const int64_t nc = std::min(slots, N - n0);
+    const Operand A = operand(static_cast<const char*>(x.untyped_data()) + n0 * C * L * e, L,
+                              C * L, s.Cg * L, in);
+    const Operand B = operand(static_cast<const char*>(dy.untyped_data()) + n0 * O * L * e, L,
+                              O * L, s.Og * L, in);
+    if (auto err = gemm_grid(session->gemm, CUBLAS_OP_T, CUBLAS_OP_N, s.Cg, s.Og, L, A, B, D, nc,
+                             s.G, n0 > 0);
+        err.failure())
+      return err;
+  }
+  return cuda_error(implicit_filter_finish(acc, dw.untyped_data(), in, O, s.Og, s.Cg, 1, slots, 1,
+                                           false, c.stream),
+                    "filter gradient sum");
+}
+
 ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
                            ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> dw,
                            ffi::Result<ffi::AnyBuffer> workspace, const ConvAttrs& a) {
@@ -692,6 +736,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     return ffi::Error::InvalidArgument("conv_backward_filter: unsupported dtypes");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
     return implicit_backward_filter(stream, dy, x, *dw, *workspace, s, a);
+  if (a.algorithm == kAlgorithmGemmPerImage)
+    return per_image_backward_filter(c, device, dy, x, *dw, *workspace);
   if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))
