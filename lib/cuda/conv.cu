@@ -806,7 +806,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     // The channels-last x and dy, and the chunk's first image in them.
     const void* xs = x.untyped_data();
     const void* dys = dy.untyped_data();
-    int64_t first = n0;
+    int64_t image0 = n0;
     if (relayout) {
       void* image = c.ws_base + c.ws.image;
       if (auto e = chunk_to_channels_last(xs, n0, nc, C, s.g.in_size, ein, image, stream);
@@ -814,12 +814,12 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
         return e;
       if (auto e = chunk_to_channels_last(dys, n0, nc, O, L, ein, dyt, stream); e.failure())
         return e;
-      xs = image, dys = dyt, first = 0;
+      xs = image, dys = dyt, image0 = 0;
     }
-    const int64_t row0 = first * L + l0;
+    const int64_t row0 = image0 * L + l0;
     Operand A = operand(static_cast<const char*>(xs) + row0 * C * ein, C, 0, s.Cg, in);
     if (use_cols) {
-      if (auto e = cuda_error(launch_unfold(xs, cols, ein, s.g, C, first, nc, cl_layout(s, l0, lc),
+      if (auto e = cuda_error(launch_unfold(xs, cols, ein, s.g, C, image0, nc, cl_layout(s, l0, lc),
                                             true, stream), "unfold");
           e.failure())
         return e;
