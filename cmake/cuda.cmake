@@ -73,6 +73,7 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/implicit_filter_gradient.cu
   lib/cuda/implicit_gemm.cu
   lib/cuda/implicit_gemm_sm90.cu
+  lib/cuda/implicit_halo_sm90.cu
   lib/cuda/relayout.cu
   lib/cuda/unfold_fold.cc
   lib/cuda/conv.cu)

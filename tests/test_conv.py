@@ -540,6 +540,12 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
 # half: 2d-s2-dil in float32, 2d-grouped, 2d-split-k and the *-tma cases) take
 # the TMA kernel, with asymmetric padding, strides and dilations in 1-D to 3-D
 # (the im2col box's corners and the taps' displacements per dimension).
+# Unit-stride cases of such channels whose 8 x 8 output tiles (lines of 64 in
+# 1-D) waste at most 15% of their positions take the halo kernel
+# (implicit_halo_sm90.cu; halo_rule below): 3d-tma and the *-halo cases, with
+# partial and odd counts of tiles, several runs of channels, dilated and
+# asymmetric windows, cropping, groups, 128 and 256 output channels per block,
+# and a strided input gradient's phases.
 IMPLICIT_CASES = {
     "2d-3x3": dict(n=2, c=16, o=24, groups=1, spatial=(11, 13), kernel=(3, 3), strides=(1, 1),
                    padding="SAME", rhs_dilation=(1, 1)),
@@ -573,7 +579,54 @@ IMPLICIT_CASES = {
                          padding=((4, 5),), rhs_dilation=(1,)),
     "2d-s2-split": dict(n=1, c=64, o=128, groups=1, spatial=(8, 8), kernel=(5, 5), strides=(2, 2),
                         padding=((2, 2), (2, 2)), rhs_dilation=(1, 1)),
+    "2d-halo": dict(n=3, c=64, o=72, groups=1, spatial=(16, 24), kernel=(3, 3), strides=(1, 1),
+                    padding="SAME", rhs_dilation=(1, 1)),
+    "2d-halo-edge": dict(n=1, c=128, o=64, groups=1, spatial=(15, 35), kernel=(3, 5),
+                         strides=(1, 1), padding=((1, 1), (2, 2)), rhs_dilation=(1, 2)),
+    "2d-halo-crop-odd": dict(n=1, c=64, o=40, groups=1, spatial=(10, 26), kernel=(3, 3),
+                             strides=(1, 1), padding=((0, 0), (-1, 1)), rhs_dilation=(1, 1)),
+    "2d-halo-grouped": dict(n=2, c=256, o=128, groups=2, spatial=(8, 16), kernel=(3, 3),
+                            strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
+    "2d-halo-wide": dict(n=2, c=64, o=160, groups=1, spatial=(96, 88), kernel=(3, 3),
+                         strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
+    "3d-halo": dict(n=2, c=64, o=32, groups=1, spatial=(4, 8, 16), kernel=(3, 3, 3),
+                    strides=(1, 1, 1), padding="SAME", rhs_dilation=(1, 1, 1)),
+    "1d-halo": dict(n=2, c=64, o=48, groups=1, spatial=(200,), kernel=(5,), strides=(1,),
+                    padding=((3, 1),), rhs_dilation=(3,)),
+    "2d-s2-halo-phases": dict(n=2, c=64, o=64, groups=1, spatial=(32, 32), kernel=(3, 3),
+                              strides=(2, 2), padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
 }
+
+
+def halo_rule(out_spatial, channels_per_group, dtype):
+  """Whether a unit-stride implicit GEMM (its output extents, its input's
+  channels per group) takes the halo kernel on Hopper: whole 128-byte runs of
+  channels, tiles of 8 x 8 output positions (lines of 64 in 1-D) at most 15%
+  past the output's edges (halo_applies in lib/cuda/implicit_halo_sm90.cu)."""
+  run = 128 // np.dtype(dtype).itemsize
+  plane = tuple(out_spatial[-2:]) if len(out_spatial) > 1 else (1, out_spatial[0])
+  tile = (8, 8) if len(out_spatial) > 1 else (1, 64)
+  covered = np.prod([-(-e // t) * t for e, t in zip(plane, tile)])
+  return channels_per_group % run == 0 and 100 * np.prod(plane) >= 85 * covered
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("name", [n for n in IMPLICIT_CASES if "halo" in n])
+def test_halo_cases_take_the_halo_kernel(name, dtype):
+  """The *-halo cases' forwards (and the phases' input gradient) meet the halo
+  kernel's rule, so that test_implicit_gemm_against_float64 checks it; the
+  rule's edge: 7 x 7 and 14 x 14 outputs waste 23% and stay off it."""
+  case = IMPLICIT_CASES[name]
+  cg = case["c"] // case["groups"]
+  out = lax.conv_general_dilated(
+      jnp.zeros((1, 1, *case["spatial"])), jnp.zeros((1, 1, *case["kernel"])), case["strides"],
+      case["padding"], rhs_dilation=case["rhs_dilation"]).shape[2:]
+  if name == "2d-s2-halo-phases":  # dx's phases: 16 x 16 each, dy's 64 channels
+    assert halo_rule(tuple(s // 2 for s in case["spatial"]), case["o"], dtype)
+  else:
+    assert halo_rule(out, cg, dtype)
+  assert not halo_rule((7, 7), 64, dtype) and not halo_rule((14, 14), 64, dtype)
+  assert halo_rule((56, 56), 64, dtype) and halo_rule((15, 31), 64, dtype)
 
 
 def implicit_config(name, layout, cases=IMPLICIT_CASES):
@@ -661,9 +714,12 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   implicit_dw = _conv_primitives.use_implicit_filter(spec, dtype, case["c"], case["o"],
                                                     positions=out_positions, images=case["n"])
   # Every case but the odd output channels has whole vectors of them, and
-  # every strided one at least _PHASE_MIN_CHANNELS input channels.
-  assert implicit_dw == (name != "1d-odd-o")
-  assert implicit_dx == (name != "1d-odd-o")
+  # every strided one at least _PHASE_MIN_CHANNELS input channels. (The halo
+  # cases are there for their forwards: 2d-halo-wide's 160 output channels
+  # take other routes for the gradients.)
+  if "halo" not in name:
+    assert implicit_dw == (name != "1d-odd-o")
+    assert implicit_dx == (name != "1d-odd-o")
   kw = cfg["kwargs"]
   x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 5)
   tf32 = platform == "gpu" and dtype == np.float32

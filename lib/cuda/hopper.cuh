@@ -14,6 +14,8 @@
 
 namespace im2col::cuda::hopper {
 
+constexpr int kSwizzleAtomBytes = 1024;  // one period of the 128-byte swizzle: 8 rows
+
 #ifdef IM2COL_WGMMA
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -38,11 +40,23 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// A K-major operand in 128-byte-swizzled rows: 8-row groups 1024 bytes apart
-// (the stride byte offset); the leading byte offset is unused for this layout.
-__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address) {
+// A K-major operand in 128-byte-swizzled rows: 8-row groups `group_bytes`
+// apart (the stride byte offset; 1024 for consecutive rows); the leading byte
+// offset is unused for this layout. The swizzle is a function of the absolute
+// shared address (the chunk's address bits 4-6 XOR bits 7-9), so the start
+// may be any 128-byte row and the groups any whole number of rows apart, with
+// the base-offset field left 0: benchmarks/probe_descriptor.cu checked this on
+// the H100 (BENCHMARKS.md, step 46).
+__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t group_bytes = 1024) {
   return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+         (static_cast<uint64_t>(group_bytes >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+// The first 1024-byte boundary (one period of the 128-byte swizzle) at or
+// after `raw`: tiles placed there read as the descriptors expect.
+__device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* raw) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  return raw + ((kSwizzleAtomBytes - a % kSwizzleAtomBytes) % kSwizzleAtomBytes);
 }
 
 // --- mbarriers (shared-memory addresses) ---------------------------------------
@@ -82,6 +96,31 @@ __device__ __forceinline__ void tma_tile_2d(uint32_t dst, const CUtensorMap* map
       " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x0), "r"(x1)
       : "memory");
+}
+
+// A box of a tiled map of rank 3-5 at coordinates c (innermost first).
+__device__ __forceinline__ void tma_tile_nd(int rank, uint32_t dst, const CUtensorMap* map,
+                                            uint32_t bar, const int32_t (&c)[5]) {
+  const uint64_t m = reinterpret_cast<uint64_t>(map);
+  if (rank == 3) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2])
+        : "memory");
+  } else if (rank == 4) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3])
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4])
+        : "memory");
+  }
 }
 
 // A column of the im2col map: pixels from the window corner (w, h, d) of image

@@ -42,13 +42,7 @@ namespace {
 
 using namespace hopper;
 
-constexpr int kAtomBytes = 1024;  // the swizzle pattern's period: 8 rows
-
-#ifdef IM2COL_WGMMA
-__device__ __forceinline__ uint8_t* aligned_base(uint8_t* raw) {
-  return raw + ((kAtomBytes - shared_address(raw) % kAtomBytes) % kAtomBytes);
-}
-#endif
+constexpr int kAtomBytes = kSwizzleAtomBytes;
 
 // The ring's k-tile kt with one group of wgmma per warpgroup: acc (+)= A B^T.
 template <typename T, int BN>
@@ -88,7 +82,7 @@ implicit_conv_gather_kernel(const __grid_constant__ Passes ps) {
   static_assert(STAGES >= 3, "one buffer in use by the tensor cores, one being filled");
 
   extern __shared__ uint8_t smem_raw[];
-  uint4* a_tiles = reinterpret_cast<uint4*>(aligned_base(smem_raw));  // [STAGES][BM][kChunks]
+  uint4* a_tiles = reinterpret_cast<uint4*>(swizzle_aligned(smem_raw));  // [STAGES][BM][kChunks]
   uint4* b_tiles = a_tiles + STAGES * BM * kChunks;                    // [STAGES][BN][kChunks]
   int4* origins = reinterpret_cast<int4*>(b_tiles + STAGES * BN * kChunks);  // [BM]
   int2* positions = reinterpret_cast<int2*>(origins + BM);                  // [BM]
@@ -183,7 +177,7 @@ implicit_conv_tma_kernel(const __grid_constant__ Passes ps, const __grid_constan
   constexpr uint32_t kStageBytes = (BM + BN) * kRowBytes;
 
   extern __shared__ uint8_t smem_raw[];
-  uint4* a_tiles = reinterpret_cast<uint4*>(aligned_base(smem_raw));  // [STAGES][BM][kChunks]
+  uint4* a_tiles = reinterpret_cast<uint4*>(swizzle_aligned(smem_raw));  // [STAGES][BM][kChunks]
   uint4* b_tiles = a_tiles + STAGES * BM * kChunks;                    // [STAGES][BN][kChunks]
   uint64_t* full = reinterpret_cast<uint64_t*>(b_tiles + STAGES * BN * kChunks);  // [STAGES]
   uint64_t* empty = full + STAGES;                                                // [STAGES]
@@ -313,6 +307,9 @@ cudaError_t launch_sm90(const Passes& ps, int64_t groups, int multiprocessors, c
   const bool split = ps.pass[0].splits > 1;
   auto blocks = [&](int64_t bm, int64_t bn) { return ps.tiles(bm) * ((og + bn - 1) / bn) * groups; };
   const int64_t want = multiprocessors;
+  if (cudaError_t e = launch_halo_sm90<T, TY>(ps, groups, multiprocessors, stream);
+      e != cudaErrorNotSupported)
+    return e;
   if (tma_applies<T>(ps)) {
     cudaError_t e;
     if (!split && og > 128 && blocks(128, 256) >= want)

@@ -101,6 +101,12 @@ __device__ __forceinline__ int block_pass(const Passes& ps, int64_t& m0) {
 template <typename T, typename TY>
 cudaError_t launch_sm90(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream);
 
+// The Hopper kernel for unit-stride windows from staged halos
+// (implicit_halo_sm90.cu); cudaErrorNotSupported where it does not apply.
+template <typename T, typename TY>
+cudaError_t launch_halo_sm90(const Passes& ps, int64_t groups, int multiprocessors,
+                             cudaStream_t stream);
+
 // Launches `kernel` on `grid` with `bytes` of dynamic shared memory.
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_shared(Kernel kernel, dim3 grid, int threads, int bytes,
@@ -239,8 +245,8 @@ constexpr int row_bytes() {
 }
 
 // Each row's window origin (o * stride - pad per dimension, and the image)
-// and (image, y's position). Rows past the end repeat the last position:
-// valid reads, never stored.
+// and (image, y's position). Rows past the end repeat the last position's
+// origin (valid reads) and have image -1 (never stored: store_rows).
 template <int BM, int THREADS>
 __device__ __forceinline__ void prepare_rows(const Params& p, int64_t m0, int4* origins,
                                              int2* positions) {
@@ -253,7 +259,8 @@ __device__ __forceinline__ void prepare_rows(const Params& p, int64_t m0, int4* 
     p.out_h.divmod(rest, od, oh);
     origins[r] = make_int4(od * p.stride[0] - p.pad[0], oh * p.stride[1] - p.pad[1],
                            ow * p.stride[2] - p.pad[2], static_cast<int32_t>(image));
-    positions[r] = make_int2(static_cast<int32_t>(image), placed(p, od, oh, ow));
+    positions[r] = make_int2(m0 + r < p.m_total ? static_cast<int32_t>(image) : -1,
+                             placed(p, od, oh, ow));
   }
 }
 
@@ -326,8 +333,9 @@ __device__ __forceinline__ void store_pair(TY* dst, float a, float b) {
 
 // Stores a warp's 16 x (8 * NT) accumulators in the m16n8 layout: value v of
 // n-tile j at row r0 + lane / 4 + 8 * (v / 2), column c0 + 8 * j + 2 * (lane % 4)
-// + v % 2 of the block's tile (rows from m0, columns from n0). With splits,
-// float32 partial sums of this block's part instead.
+// + v % 2 of the block's tile (rows from m0, columns from n0); rows whose
+// position has image -1 are not stored. With splits, float32 partial sums of
+// this block's part instead.
 template <typename TY, int NT>
 __device__ __forceinline__ void store_rows(const Params& p, const float (&acc)[NT][4], int r0,
                                            int c0, int64_t m0, int32_t n0, int group, int split,
@@ -338,8 +346,8 @@ __device__ __forceinline__ void store_rows(const Params& p, const float (&acc)[N
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + h * 8 + (lane >> 2);
-    if (m0 + r >= p.m_total) continue;
     const int2 at = positions[r];
+    if (at.x < 0) continue;
     if (p.splits > 1) {
       float* row = p.partials + (split * p.m_total + m0 + r) * p.O + channel0;
 #pragma unroll

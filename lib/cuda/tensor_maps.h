@@ -102,6 +102,36 @@ bool encode_im2col_map(CUtensorMap* map, const void* x, const WindowBox& w, int6
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The channels-last image x (images, *in, channels_total), nd spatial
+// dimensions given in the 3-D view `in` (leading extents 1), as a tiled map
+// (dimensions innermost first: channels, the spatial ones from the last, then
+// images) whose box is box_channels x box_w x box_h (2-D and 3-D; x 1 along
+// depth) of one image, 128-byte swizzled; coordinates outside the image read
+// as zeros. The halo kernel's staged windows (implicit_halo_sm90.cu).
+template <typename T>
+bool encode_halo_map(CUtensorMap* map, const void* x, int nd, const int32_t (&in)[3],
+                     int64_t channels_total, int64_t images, uint32_t box_channels,
+                     uint32_t box_w, uint32_t box_h) {
+  const TensorMapEncoders& e = tensor_map_encoders();
+  if (!e.tiled || nd < 1 || nd > 3) return false;
+  const int rank = nd + 2;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], ones[5] = {1, 1, 1, 1, 1};
+  dims[0] = static_cast<cuuint64_t>(channels_total);
+  box[0] = box_channels;
+  for (int i = 0; i < nd; ++i) {
+    dims[1 + i] = static_cast<cuuint64_t>(in[2 - i]);
+    box[1 + i] = i == 0 ? box_w : i == 1 ? box_h : 1;
+  }
+  dims[rank - 1] = static_cast<cuuint64_t>(images);
+  box[rank - 1] = 1;
+  strides[0] = dims[0] * sizeof(T);
+  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+  return e.tiled(map, map_type<T>(), rank, const_cast<void*>(x), dims, strides, box, ones,
+                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // A row-major (rows, cols) matrix as a tiled map with a box of box_rows x
 // box_cols (128 bytes), 128-byte swizzled; out-of-range elements read as zeros.
 template <typename T>
