@@ -12,7 +12,9 @@
 //
 // One producer thread issues the copies into two rings: halos (2 slots, each
 // the two warpgroups' boxes) and filter k-tiles (BN rows x 128 bytes of one
-// tap, STAGES slots), with full / empty mbarriers as in the TMA kernel. The
+// tap, STAGES slots), with full / empty mbarriers as in the TMA kernel. Blocks
+// are persistent (as many as fit at once), each taking pairs of tiles in turn,
+// so that the next pair's copies overlap this pair's multiplies and stores. The
 // reduction runs run-major (all taps of a run of channels, then the next
 // run), a different order of the float32 sums than the other kernels'.
 //
@@ -74,21 +76,33 @@ struct HaloTile {
   int32_t image, od, oh, ow;
 };
 
-__device__ __forceinline__ HaloTile halo_tile(const Params& p, const HaloShape& s, int64_t t) {
+// (32-bit: halo_applies keeps a pass's tiles below 2**31.)
+__device__ __forceinline__ HaloTile halo_tile(const Params& p, const HaloShape& s, int32_t t) {
   HaloTile h;
-  h.ow = static_cast<int32_t>(t % s.tiles_w) * s.tw;
+  h.ow = t % s.tiles_w * s.tw;
   t /= s.tiles_w;
-  h.oh = static_cast<int32_t>(t % s.tiles_h) * s.th;
+  h.oh = t % s.tiles_h * s.th;
   t /= s.tiles_h;
-  h.od = static_cast<int32_t>(t % p.out[0]);
-  h.image = static_cast<int32_t>(t / p.out[0]);
+  h.od = t % p.out[0];
+  h.image = t / p.out[0];
   return h;
 }
 
 struct HaloMaps {
   CUtensorMap image[kMaxPasses], filter[kMaxPasses];
   int32_t region_rows;  // the largest pass's, the stride of the regions
+  int32_t items;        // pairs of tiles: the largest pass's, times the passes
 };
+
+// Item w of a launch: pass w % count's pair of tiles w / count (interleaved
+// as block_pass interleaves), or false where that pass has no such pair.
+__device__ __forceinline__ bool halo_item(const Passes& ps, int32_t w, int& pass,
+                                          int32_t& first_tile, HaloShape& s) {
+  pass = w % ps.count;
+  first_tile = w / ps.count * 2;
+  s = halo_shape(ps.pass[pass]);
+  return first_tile < s.tiles;
+}
 
 template <int BN, int STAGES>
 constexpr int halo_fixed_bytes() {
@@ -96,6 +110,18 @@ constexpr int halo_fixed_bytes() {
          2 * (kHaloSlots + STAGES) * static_cast<int>(sizeof(uint64_t)) + 128 * sizeof(int2);
 }
 
+#ifdef IM2COL_WGMMA
+// A barrier of one warpgroup's 128 threads (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
+  if (warpgroup == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+#endif
+
+// Persistent: block (x, n-tile, group) takes items x, x + gridDim.x, ...; the
+// rings' counters run across items, so that the producer copies the next
+// item's halo and filter k-tiles while the warpgroups multiply and store this
+// one's.
 template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kHaloThreads, MIN_BLOCKS)
 implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_constant__ HaloMaps maps) {
@@ -111,22 +137,6 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
   uint64_t* empty_b = full_b + STAGES;
   int2* positions = reinterpret_cast<int2*>(empty_b + STAGES);  // [128]
 
-  const int pass = static_cast<int>(blockIdx.x % static_cast<unsigned>(ps.count));
-  const int64_t first_tile = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(ps.count)) * 2;
-  const Params& p = ps.pass[pass];
-  const HaloShape s = halo_shape(p);
-  if (first_tile >= s.tiles) return;
-  const int32_t n0 = blockIdx.y * BN, group = blockIdx.z;
-
-  // Row r of the block: warpgroup r / 64's tile, its position r % 64. A
-  // second tile past the pass's last is a copy of the first, never stored.
-  for (int r = threadIdx.x; r < 128; r += kHaloThreads) {
-    const int64_t t = first_tile + r / 64;
-    const HaloTile h = halo_tile(p, s, t < s.tiles ? t : first_tile);
-    const int32_t oh = h.oh + (r % 64) / s.tw, ow = h.ow + (r % 64) % s.tw;
-    const bool stored = t < s.tiles && oh < p.out[1] && ow < p.out[2];
-    positions[r] = make_int2(stored ? h.image : -1, stored ? placed(p, h.od, oh, ow) : 0);
-  }
   if (threadIdx.x == 0) {
     for (int i = 0; i < kHaloSlots; ++i) {
       barrier_init(shared_address(full_a + i), 1);
@@ -139,94 +149,127 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
     barrier_init_fence();
   }
   __syncthreads();
-
-  const int32_t runs = p.Cg / BKE, depth_taps = p.kernel[0];
-  const int32_t plane_taps = p.kernel[1] * p.kernel[2];
-  const int32_t rounds = runs * depth_taps;  // halos: (run of channels, depth tap)
+  const int32_t n0 = blockIdx.y * BN, group = blockIdx.z;
 
   if (threadIdx.x >= 256) {
     if (threadIdx.x != 256) return;
-    HaloTile tile[2];
-    for (int g = 0; g < 2; ++g)
-      tile[g] = halo_tile(p, s, first_tile + g < s.tiles ? first_tile + g : first_tile);
-    const uint32_t box_bytes = static_cast<uint32_t>(s.box_h * s.box_w * kRowBytes);
-    const int rank = p.nd + 2;
-    int kt = 0;
-    for (int round = 0; round < rounds; ++round) {
-      const int32_t run = round / depth_taps, kd = round % depth_taps;
-      const int sa = round % kHaloSlots;
-      if (round >= kHaloSlots) barrier_wait(shared_address(empty_a + sa), (round / kHaloSlots - 1) & 1);
-      const uint32_t bar_a = shared_address(full_a + sa);
-      barrier_arrive_expect(bar_a, 2 * box_bytes);
-      for (int g = 0; g < 2; ++g) {
-        // Coordinates innermost first: channel, w, h, d, image (1-D: channel, w, image).
-        int32_t c[5] = {group * p.Cg + run * BKE, tile[g].ow - p.pad[2], 0, 0, 0};
-        if (p.nd == 1) {
-          c[2] = tile[g].image;
-        } else {
-          c[2] = tile[g].oh - p.pad[1];
-          if (p.nd == 2) {
-            c[3] = tile[g].image;
+    // The producer. A second tile past the pass's last is a copy of the
+    // first, never stored.
+    int round = 0, kt = 0;
+    for (int32_t w = blockIdx.x; w < maps.items; w += gridDim.x) {
+      int pass;
+      int32_t first_tile;
+      HaloShape s;
+      if (!halo_item(ps, w, pass, first_tile, s)) continue;
+      const Params& p = ps.pass[pass];
+      HaloTile tile[2];
+      for (int g = 0; g < 2; ++g)
+        tile[g] = halo_tile(p, s, first_tile + g < s.tiles ? first_tile + g : first_tile);
+      const uint32_t box_bytes = static_cast<uint32_t>(s.box_h * s.box_w * kRowBytes);
+      const int32_t depth_taps = p.kernel[0], plane_taps = p.kernel[1] * p.kernel[2];
+      const int32_t rounds = p.Cg / BKE * depth_taps;  // halos: (run of channels, depth tap)
+      for (int32_t r = 0; r < rounds; ++r, ++round) {
+        const int32_t run = r / depth_taps, kd = r % depth_taps;
+        const int sa = round % kHaloSlots;
+        if (round >= kHaloSlots)
+          barrier_wait(shared_address(empty_a + sa), (round / kHaloSlots - 1) & 1);
+        const uint32_t bar_a = shared_address(full_a + sa);
+        barrier_arrive_expect(bar_a, 2 * box_bytes);
+        for (int g = 0; g < 2; ++g) {
+          // Coordinates innermost first: channel, w, h, d, image (1-D: channel, w, image).
+          int32_t c[5] = {group * p.Cg + run * BKE, tile[g].ow - p.pad[2], 0, 0, 0};
+          if (p.nd == 1) {
+            c[2] = tile[g].image;
           } else {
-            c[3] = tile[g].od - p.pad[0] + kd * p.dilation[0];
-            c[4] = tile[g].image;
+            c[2] = tile[g].oh - p.pad[1];
+            if (p.nd == 2) {
+              c[3] = tile[g].image;
+            } else {
+              c[3] = tile[g].od - p.pad[0] + kd * p.dilation[0];
+              c[4] = tile[g].image;
+            }
           }
+          tma_tile_nd(p.nd + 2, shared_address(halos + (sa * 2 + g) * region_bytes),
+                      &maps.image[pass], bar_a, c);
         }
-        tma_tile_nd(rank, shared_address(halos + (sa * 2 + g) * region_bytes), &maps.image[pass],
-                    bar_a, c);
-      }
-      for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
-        const int sb = kt % STAGES;
-        if (kt >= STAGES) barrier_wait(shared_address(empty_b + sb), (kt / STAGES - 1) & 1);
-        const uint32_t bar_b = shared_address(full_b + sb);
-        barrier_arrive_expect(bar_b, BN * kRowBytes);
-        const int32_t kk = (kd * plane_taps + t) * p.Cg + run * BKE;
-        tma_tile_2d(shared_address(b_tiles + sb * BN * kRowBytes), &maps.filter[pass], bar_b, kk,
-                    group * p.Og + n0);
+        for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
+          const int sb = kt % STAGES;
+          if (kt >= STAGES) barrier_wait(shared_address(empty_b + sb), (kt / STAGES - 1) & 1);
+          const uint32_t bar_b = shared_address(full_b + sb);
+          barrier_arrive_expect(bar_b, BN * kRowBytes);
+          const int32_t kk = (kd * plane_taps + t) * p.Cg + run * BKE;
+          tma_tile_2d(shared_address(b_tiles + sb * BN * kRowBytes), &maps.filter[pass], bar_b, kk,
+                      group * p.Og + n0);
+        }
       }
     }
     return;
   }
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-  // One 8-row group per output row of the tile (box_w rows apart), or eight
-  // consecutive rows in 1-D.
-  const uint32_t group_bytes = static_cast<uint32_t>((s.th == 1 ? 8 : s.box_w) * kRowBytes);
-  float acc[BN / 2];  // not zeroed: the first k-step overwrites
-  int kt = 0;
-  for (int round = 0; round < rounds; ++round) {
-    const int sa = round % kHaloSlots;
-    barrier_wait(shared_address(full_a + sa), (round / kHaloSlots) & 1);
-    const uint32_t region = shared_address(halos + (sa * 2 + warpgroup) * region_bytes);
-    for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
-      const int sb = kt % STAGES;
-      barrier_wait(shared_address(full_b + sb), (kt / STAGES) & 1);
-      int32_t kh, kw;
-      p.kernel_w.divmod(t, kh, kw);
-      const int32_t shift = kh * p.dilation[1] * s.box_w + kw * p.dilation[2];
-      const uint64_t da = matrix_descriptor(region + shift * kRowBytes, group_bytes);
-      const uint64_t db = matrix_descriptor(shared_address(b_tiles + sb * BN * kRowBytes));
-      pin(acc);
-      wgmma_fence();
+  const int lane128 = threadIdx.x % 128;
+  int round = 0, kt = 0;
+  for (int32_t w = blockIdx.x; w < maps.items; w += gridDim.x) {
+    int pass;
+    int32_t first_tile;
+    HaloShape s;
+    if (!halo_item(ps, w, pass, first_tile, s)) continue;
+    const Params& p = ps.pass[pass];
+    // This warpgroup's rows: position r of its tile (after its stores of the
+    // previous item have read them: the barrier at the end of the loop).
+    const int32_t my_tile = first_tile + warpgroup;
+    if (lane128 < 64) {
+      const HaloTile h = halo_tile(p, s, my_tile < s.tiles ? my_tile : first_tile);
+      const int32_t oh = h.oh + lane128 / s.tw, ow = h.ow + lane128 % s.tw;
+      const bool stored = my_tile < s.tiles && oh < p.out[1] && ow < p.out[2];
+      positions[warpgroup * 64 + lane128] =
+          make_int2(stored ? h.image : -1, stored ? placed(p, h.od, oh, ow) : 0);
+    }
+    // One 8-row group per output row of the tile (box_w rows apart), or eight
+    // consecutive rows in 1-D.
+    const uint32_t group_bytes = static_cast<uint32_t>((s.th == 1 ? 8 : s.box_w) * kRowBytes);
+    const int32_t plane_taps = p.kernel[1] * p.kernel[2];
+    const int32_t rounds = p.Cg / BKE * p.kernel[0];
+    float acc[BN / 2];  // not zeroed: the item's first k-step overwrites
+    bool first = true;
+    for (int32_t r = 0; r < rounds; ++r, ++round) {
+      const int sa = round % kHaloSlots;
+      barrier_wait(shared_address(full_a + sa), (round / kHaloSlots) & 1);
+      const uint32_t region = shared_address(halos + (sa * 2 + warpgroup) * region_bytes);
+      for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
+        const int sb = kt % STAGES;
+        barrier_wait(shared_address(full_b + sb), (kt / STAGES) & 1);
+        int32_t kh, kw;
+        p.kernel_w.divmod(t, kh, kw);
+        const int32_t shift = kh * p.dilation[1] * s.box_w + kw * p.dilation[2];
+        const uint64_t da = matrix_descriptor(region + shift * kRowBytes, group_bytes);
+        const uint64_t db = matrix_descriptor(shared_address(b_tiles + sb * BN * kRowBytes));
+        pin(acc);
+        wgmma_fence();
 #pragma unroll
-      for (int step = 0; step < kRowBytes / 32; ++step)  // + 32 bytes a step, in 16-byte units
-        Wgmma<T, BN>::run(acc, da + 2 * step, db + 2 * step, kt > 0 || step > 0);
-      wgmma_commit();
-      pin(acc);
-      wgmma_wait<1>();
-      pin(acc);
-      // The k-tile before this one has been read: free its filter slot, and
-      // its halo slot where it was its round's last.
-      if (kt > 0 && threadIdx.x % 128 == 0) {
-        barrier_arrive(shared_address(empty_b + (kt - 1) % STAGES));
-        if (t == 0) barrier_arrive(shared_address(empty_a + (round - 1) % kHaloSlots));
+        for (int step = 0; step < kRowBytes / 32; ++step)  // + 32 bytes a step, in 16-byte units
+          Wgmma<T, BN>::run(acc, da + 2 * step, db + 2 * step, !first || step > 0);
+        wgmma_commit();
+        pin(acc);
+        wgmma_wait<1>();
+        pin(acc);
+        first = false;
+        // The k-tile before this one (perhaps the previous item's last) has
+        // been read: free its filter slot, and its halo slot where it was its
+        // round's last.
+        if (kt > 0 && lane128 == 0) {
+          barrier_arrive(shared_address(empty_b + (kt - 1) % STAGES));
+          if (t == 0) barrier_arrive(shared_address(empty_a + (round - 1) % kHaloSlots));
+        }
       }
     }
+    wgmma_wait<0>();
+    pin(acc);
+    warpgroup_barrier(warpgroup);  // the positions written above
+    store_rows<TY, NT>(p, *reinterpret_cast<const float(*)[NT][4]>(acc), warpgroup * 64 + warp * 16,
+                       0, 0, n0, group, 0, positions);
+    warpgroup_barrier(warpgroup);  // read before the next item's are written
   }
-  wgmma_wait<0>();
-  pin(acc);
-  store_rows<TY, NT>(p, *reinterpret_cast<const float(*)[NT][4]>(acc), warpgroup * 64 + warp * 16,
-                     0, 0, n0, group, 0, positions);
 #endif
 }
 
@@ -251,7 +294,7 @@ bool halo_applies(const Passes& ps) {
 }
 
 template <typename T, typename TY, int BN, int STAGES, int MIN_BLOCKS>
-cudaError_t launch_halo(const Passes& ps, int64_t groups, cudaStream_t stream) {
+cudaError_t launch_halo(const Passes& ps, int64_t groups, int multiprocessors, cudaStream_t stream) {
   constexpr uint32_t BKE = kRowBytes / sizeof(T);
   HaloMaps maps;
   maps.region_rows = 0;
@@ -266,14 +309,26 @@ cudaError_t launch_halo(const Passes& ps, int64_t groups, cudaStream_t stream) {
         !encode_rows_map<T>(&maps.filter[i], p.w, groups * p.Og, p.Kg, BKE, BN))
       return cudaErrorNotSupported;
   }
+  const int64_t items = (most_tiles + 1) / 2 * ps.count;
+  if (items >= (int64_t{1} << 31)) return cudaErrorNotSupported;
+  maps.items = static_cast<int32_t>(items);
   const int bytes = halo_fixed_bytes<BN, STAGES>() + kHaloSlots * 2 * maps.region_rows * kRowBytes;
   if (bytes > 227 * 1024) return cudaErrorNotSupported;
-  const int64_t blocks = (most_tiles + 1) / 2 * ps.count;
-  if (blocks >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((ps.pass[0].Og + BN - 1) / BN),
+  const auto kernel = implicit_conv_halo_kernel<T, TY, BN, STAGES, MIN_BLOCKS>;
+  if (auto e = allow_shared_bytes(reinterpret_cast<const void*>(kernel), bytes); e != cudaSuccess)
+    return e;
+  int per_sm = 0;
+  if (auto e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kHaloThreads, bytes);
+      e != cudaSuccess)
+    return e;
+  // As many blocks as fit at once, each taking every gridDim.x-th item.
+  const int64_t others = ((ps.pass[0].Og + BN - 1) / BN) * groups;
+  const int64_t resident =
+      std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * multiprocessors / others);
+  const int64_t x = std::min(items, resident);
+  const dim3 grid(static_cast<unsigned>(x), static_cast<unsigned>((ps.pass[0].Og + BN - 1) / BN),
                   static_cast<unsigned>(groups));
-  return launch_with_shared(implicit_conv_halo_kernel<T, TY, BN, STAGES, MIN_BLOCKS>, grid,
-                            kHaloThreads, bytes, stream, ps, maps);
+  return launch_with_shared(kernel, grid, kHaloThreads, bytes, stream, ps, maps);
 }
 
 }  // namespace
@@ -298,9 +353,11 @@ cudaError_t launch_halo_sm90(const Passes& ps, int64_t groups, int multiprocesso
   int64_t pairs = 0;
   for (int i = 0; i < ps.count; ++i) pairs += (halo_shape(ps.pass[i]).tiles + 1) / 2;
   auto blocks = [&](int64_t bn) { return pairs * ((og + bn - 1) / bn) * groups; };
-  if (og > 128 && blocks(256) >= multiprocessors) return launch_halo<T, TY, 256, 4, 1>(ps, groups, stream);
-  if (og > 64 && blocks(128) >= multiprocessors) return launch_halo<T, TY, 128, 3, 2>(ps, groups, stream);
-  return launch_halo<T, TY, 64, 4, 2>(ps, groups, stream);
+  if (og > 128 && blocks(256) >= multiprocessors)
+    return launch_halo<T, TY, 256, 4, 1>(ps, groups, multiprocessors, stream);
+  if (og > 64 && blocks(128) >= multiprocessors)
+    return launch_halo<T, TY, 128, 3, 2>(ps, groups, multiprocessors, stream);
+  return launch_halo<T, TY, 64, 4, 2>(ps, groups, multiprocessors, stream);
 #endif
 }
 
