@@ -95,13 +95,29 @@ struct HaloMaps {
 };
 
 // Item w of a launch: pass w % count's pair of tiles w / count (interleaved
-// as block_pass interleaves), or false where that pass has no such pair.
-__device__ __forceinline__ bool halo_item(const Passes& ps, int32_t w, int& pass,
-                                          int32_t& first_tile, HaloShape& s) {
-  pass = w % ps.count;
-  first_tile = w / ps.count * 2;
-  s = halo_shape(ps.pass[pass]);
-  return first_tile < s.tiles;
+// as block_pass interleaves); `ok` false where that pass has no such pair.
+// Its reduction runs in rounds, one halo each: (run of BKE channels, depth
+// tap), each round all taps of the window plane.
+struct HaloItem {
+  bool ok;
+  int pass;
+  int32_t first_tile;
+  HaloShape s;
+  int32_t depth_taps, plane_taps, rounds;
+};
+
+template <int BKE>
+__device__ __forceinline__ HaloItem halo_item(const Passes& ps, int32_t w) {
+  HaloItem it;
+  it.pass = w % ps.count;
+  it.first_tile = w / ps.count * 2;
+  const Params& p = ps.pass[it.pass];
+  it.s = halo_shape(p);
+  it.ok = it.first_tile < it.s.tiles;
+  it.depth_taps = p.kernel[0];
+  it.plane_taps = p.kernel[1] * p.kernel[2];
+  it.rounds = p.Cg / BKE * it.depth_taps;
+  return it;
 }
 
 template <int BN, int STAGES>
@@ -157,19 +173,16 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
     // first, never stored.
     int round = 0, kt = 0;
     for (int32_t w = blockIdx.x; w < maps.items; w += gridDim.x) {
-      int pass;
-      int32_t first_tile;
-      HaloShape s;
-      if (!halo_item(ps, w, pass, first_tile, s)) continue;
-      const Params& p = ps.pass[pass];
+      const HaloItem it = halo_item<BKE>(ps, w);
+      if (!it.ok) continue;
+      const Params& p = ps.pass[it.pass];
+      const HaloShape& s = it.s;
       HaloTile tile[2];
       for (int g = 0; g < 2; ++g)
-        tile[g] = halo_tile(p, s, first_tile + g < s.tiles ? first_tile + g : first_tile);
+        tile[g] = halo_tile(p, s, it.first_tile + g < s.tiles ? it.first_tile + g : it.first_tile);
       const uint32_t box_bytes = static_cast<uint32_t>(s.box_h * s.box_w * kRowBytes);
-      const int32_t depth_taps = p.kernel[0], plane_taps = p.kernel[1] * p.kernel[2];
-      const int32_t rounds = p.Cg / BKE * depth_taps;  // halos: (run of channels, depth tap)
-      for (int32_t r = 0; r < rounds; ++r, ++round) {
-        const int32_t run = r / depth_taps, kd = r % depth_taps;
+      for (int32_t r = 0; r < it.rounds; ++r, ++round) {
+        const int32_t run = r / it.depth_taps, kd = r % it.depth_taps;
         const int sa = round % kHaloSlots;
         if (round >= kHaloSlots)
           barrier_wait(shared_address(empty_a + sa), (round / kHaloSlots - 1) & 1);
@@ -190,16 +203,16 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
             }
           }
           tma_tile_nd(p.nd + 2, shared_address(halos + (sa * 2 + g) * region_bytes),
-                      &maps.image[pass], bar_a, c);
+                      &maps.image[it.pass], bar_a, c);
         }
-        for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
+        for (int32_t t = 0; t < it.plane_taps; ++t, ++kt) {
           const int sb = kt % STAGES;
           if (kt >= STAGES) barrier_wait(shared_address(empty_b + sb), (kt / STAGES - 1) & 1);
           const uint32_t bar_b = shared_address(full_b + sb);
           barrier_arrive_expect(bar_b, BN * kRowBytes);
-          const int32_t kk = (kd * plane_taps + t) * p.Cg + run * BKE;
-          tma_tile_2d(shared_address(b_tiles + sb * BN * kRowBytes), &maps.filter[pass], bar_b, kk,
-                      group * p.Og + n0);
+          const int32_t kk = (kd * it.plane_taps + t) * p.Cg + run * BKE;
+          tma_tile_2d(shared_address(b_tiles + sb * BN * kRowBytes), &maps.filter[it.pass], bar_b,
+                      kk, group * p.Og + n0);
         }
       }
     }
@@ -210,16 +223,15 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
   const int lane128 = threadIdx.x % 128;
   int round = 0, kt = 0;
   for (int32_t w = blockIdx.x; w < maps.items; w += gridDim.x) {
-    int pass;
-    int32_t first_tile;
-    HaloShape s;
-    if (!halo_item(ps, w, pass, first_tile, s)) continue;
-    const Params& p = ps.pass[pass];
+    const HaloItem it = halo_item<BKE>(ps, w);
+    if (!it.ok) continue;
+    const Params& p = ps.pass[it.pass];
+    const HaloShape& s = it.s;
     // This warpgroup's rows: position r of its tile (after its stores of the
     // previous item have read them: the barrier at the end of the loop).
-    const int32_t my_tile = first_tile + warpgroup;
+    const int32_t my_tile = it.first_tile + warpgroup;
     if (lane128 < 64) {
-      const HaloTile h = halo_tile(p, s, my_tile < s.tiles ? my_tile : first_tile);
+      const HaloTile h = halo_tile(p, s, my_tile < s.tiles ? my_tile : it.first_tile);
       const int32_t oh = h.oh + lane128 / s.tw, ow = h.ow + lane128 % s.tw;
       const bool stored = my_tile < s.tiles && oh < p.out[1] && ow < p.out[2];
       positions[warpgroup * 64 + lane128] =
@@ -228,15 +240,13 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
     // One 8-row group per output row of the tile (box_w rows apart), or eight
     // consecutive rows in 1-D.
     const uint32_t group_bytes = static_cast<uint32_t>((s.th == 1 ? 8 : s.box_w) * kRowBytes);
-    const int32_t plane_taps = p.kernel[1] * p.kernel[2];
-    const int32_t rounds = p.Cg / BKE * p.kernel[0];
     float acc[BN / 2];  // not zeroed: the item's first k-step overwrites
     bool first = true;
-    for (int32_t r = 0; r < rounds; ++r, ++round) {
+    for (int32_t r = 0; r < it.rounds; ++r, ++round) {
       const int sa = round % kHaloSlots;
       barrier_wait(shared_address(full_a + sa), (round / kHaloSlots) & 1);
       const uint32_t region = shared_address(halos + (sa * 2 + warpgroup) * region_bytes);
-      for (int32_t t = 0; t < plane_taps; ++t, ++kt) {
+      for (int32_t t = 0; t < it.plane_taps; ++t, ++kt) {
         const int sb = kt % STAGES;
         barrier_wait(shared_address(full_b + sb), (kt / STAGES) & 1);
         int32_t kh, kw;
