@@ -545,8 +545,7 @@ def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, n
 # (implicit_halo_sm90.cu; halo_rule below): 3d-tma and the *-halo cases, with
 # partial and odd counts of tiles, several runs of channels, dilated and
 # asymmetric windows, cropping, groups, 128 and 256 output channels per block,
-# persistent blocks taking several pairs of tiles, and a strided input
-# gradient's phases.
+# and a strided input gradient's phases.
 IMPLICIT_CASES = {
     "2d-3x3": dict(n=2, c=16, o=24, groups=1, spatial=(11, 13), kernel=(3, 3), strides=(1, 1),
                    padding="SAME", rhs_dilation=(1, 1)),
@@ -594,13 +593,6 @@ IMPLICIT_CASES = {
                     strides=(1, 1, 1), padding="SAME", rhs_dilation=(1, 1, 1)),
     "1d-halo": dict(n=2, c=64, o=48, groups=1, spatial=(200,), kernel=(5,), strides=(1,),
                     padding=((3, 1),), rhs_dilation=(3,)),
-    # 264 groups of one 64-row tile of output channels each: one block per
-    # (tile of channels, group) fills an H100 or H200, so each takes every
-    # pair of output tiles in turn; a pair past the right edge then runs after
-    # the pair left of it, and any store past the edge (onto the next row's
-    # first positions) would land after the true ones.
-    "2d-halo-in-turn": dict(n=1, c=264 * 64, o=264 * 8, groups=264, spatial=(8, 31),
-                            kernel=(3, 3), strides=(1, 1), padding="SAME", rhs_dilation=(1, 1)),
     "2d-s2-halo-phases": dict(n=2, c=64, o=64, groups=1, spatial=(32, 32), kernel=(3, 3),
                               strides=(2, 2), padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
 }
