@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace im2col::cuda {
@@ -61,6 +62,33 @@ inline cudaError_t allow_shared_bytes(const void* kernel, int bytes) {
   std::lock_guard<std::mutex> lock(mutex);
   int& at = allowed[key];
   if (at < bytes) at = bytes;
+  return cudaSuccess;
+}
+
+// Blocks of `kernel` (threads each, `bytes` of dynamic shared memory) that
+// fit on one multiprocessor at once, after allow_shared_bytes; asked of the
+// runtime once per device, kernel and size.
+inline cudaError_t resident_blocks(const void* kernel, int threads, int bytes, int* blocks) {
+  int device = 0;
+  if (auto e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  const auto key = std::make_tuple(kernel, device, threads, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) {
+      *blocks = it->second;
+      return cudaSuccess;
+    }
+  }
+  if (auto e = allow_shared_bytes(kernel, bytes); e != cudaSuccess) return e;
+  int found = 0;
+  if (auto e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&found, kernel, threads, bytes);
+      e != cudaSuccess)
+    return e;
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = found;
+  *blocks = found;
   return cudaSuccess;
 }
 

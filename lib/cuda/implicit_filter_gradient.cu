@@ -324,11 +324,9 @@ filter_gradient_kernel(const FilterParams p) {
 // positions read as zeros from dy's map, so no row needs masking. The barrier
 // at the top of each iteration frees the buffer the next copies go to.
 
-constexpr int kAtomBytes = 1024;  // TMA's 128-byte swizzle repeats every 8 rows
-
 template <typename T, int BO, int BKK, int BP, int STAGES>
 constexpr int tma_shared_bytes() {
-  return kAtomBytes + STAGES * BP * (BO + BKK) * static_cast<int>(sizeof(T)) +
+  return hopper::kSwizzleAtomBytes + STAGES * BP * (BO + BKK) * static_cast<int>(sizeof(T)) +
          STAGES * static_cast<int>(sizeof(uint64_t));
 }
 
@@ -344,12 +342,11 @@ filter_gradient_tma_kernel(const FilterParams p, const __grid_constant__ CUtenso
   constexpr int PANEL = BP * kChunks;  // uint4s
   constexpr int A_TILE = BO / E * PANEL, B_TILE = BKK / E * PANEL;
   static_assert(BO % E == 0 && BKK % E == 0 && NT % 2 == 0 && WTO % 16 == 0 &&
-                    (PANEL * 16) % kAtomBytes == 0 && !std::is_same_v<T, float>,
+                    (PANEL * 16) % kSwizzleAtomBytes == 0 && !std::is_same_v<T, float>,
                 "tile shape, half types");
 
   extern __shared__ uint8_t smem_raw[];
-  uint4* a_tiles = reinterpret_cast<uint4*>(
-      smem_raw + (kAtomBytes - shared_address(smem_raw) % kAtomBytes) % kAtomBytes);
+  uint4* a_tiles = reinterpret_cast<uint4*>(swizzle_aligned(smem_raw));
   uint4* b_tiles = a_tiles + STAGES * A_TILE;
   uint64_t* full = reinterpret_cast<uint64_t*>(b_tiles + STAGES * B_TILE);  // [STAGES]
 

@@ -42,8 +42,6 @@ namespace {
 
 using namespace hopper;
 
-constexpr int kAtomBytes = kSwizzleAtomBytes;
-
 // The ring's k-tile kt with one group of wgmma per warpgroup: acc (+)= A B^T.
 template <typename T, int BN>
 __device__ __forceinline__ void multiply_tile(float (&acc)[BN / 2], const uint4* a, const uint4* b,
@@ -71,7 +69,7 @@ __device__ __forceinline__ void multiply_tile(float (&acc)[BN / 2], const uint4*
 
 template <int BM, int BN, int STAGES>
 constexpr int gather_shared_bytes() {
-  return kAtomBytes + STAGES * (BM + BN) * kRowBytes + row_bytes<BM>();
+  return kSwizzleAtomBytes + STAGES * (BM + BN) * kRowBytes + row_bytes<BM>();
 }
 
 template <typename T, typename TY, int BN, int WGS, int STAGES>
@@ -158,7 +156,7 @@ constexpr int kTmaThreads = 2 * 128 + 32;
 
 template <int BN, int STAGES>
 constexpr int tma_shared_bytes() {
-  return kAtomBytes + STAGES * (kTmaBM + BN) * kRowBytes + 2 * STAGES * sizeof(uint64_t) +
+  return kSwizzleAtomBytes + STAGES * (kTmaBM + BN) * kRowBytes + 2 * STAGES * sizeof(uint64_t) +
          row_bytes<kTmaBM>();
 }
 
@@ -256,12 +254,9 @@ WindowBox window_box(const Params& p) {
 // and windows the im2col box can describe.
 template <typename T>
 bool tma_applies(const Passes& ps) {
-  constexpr int BKE = kRowBytes / sizeof(T);
   for (int i = 0; i < ps.count; ++i) {
     const Params& p = ps.pass[i];
-    if (p.Cg % BKE != 0 || p.images < 1) return false;
-    if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
-    if (!im2col_box_fits(window_box(p))) return false;
+    if (!tma_operands_fit<T>(p) || !im2col_box_fits(window_box(p))) return false;
   }
   return true;
 }

@@ -286,11 +286,9 @@ implicit_conv_halo_kernel(const __grid_constant__ Passes ps, const __grid_consta
 // Whether the halo kernel takes every pass of a call.
 template <typename T>
 bool halo_applies(const Passes& ps) {
-  constexpr int BKE = kRowBytes / sizeof(T);
   for (int i = 0; i < ps.count; ++i) {
     const Params& p = ps.pass[i];
-    if (p.splits != 1 || p.Cg % BKE != 0 || p.images < 1 || p.nd < 1 || p.nd > 3) return false;
-    if (reinterpret_cast<uintptr_t>(p.x) % 16 || reinterpret_cast<uintptr_t>(p.w) % 16) return false;
+    if (p.splits != 1 || !tma_operands_fit<T>(p) || p.nd < 1 || p.nd > 3) return false;
     for (int d = 0; d < 3; ++d)
       if (p.stride[d] != 1) return false;
     const HaloShape s = halo_shape(p);
@@ -325,10 +323,8 @@ cudaError_t launch_halo(const Passes& ps, int64_t groups, int multiprocessors, c
   const int bytes = halo_fixed_bytes<BN, STAGES>() + kHaloSlots * 2 * maps.region_rows * kRowBytes;
   if (bytes > 227 * 1024) return cudaErrorNotSupported;
   const auto kernel = implicit_conv_halo_kernel<T, TY, BN, STAGES, MIN_BLOCKS>;
-  if (auto e = allow_shared_bytes(reinterpret_cast<const void*>(kernel), bytes); e != cudaSuccess)
-    return e;
   int per_sm = 0;
-  if (auto e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kHaloThreads, bytes);
+  if (auto e = resident_blocks(reinterpret_cast<const void*>(kernel), kHaloThreads, bytes, &per_sm);
       e != cudaSuccess)
     return e;
   // As many blocks as fit at once, each taking every gridDim.x-th item.

@@ -96,6 +96,16 @@ __device__ __forceinline__ int block_pass(const Passes& ps, int64_t& m0) {
   return m0 < ps.pass[i].m_total ? i : -1;
 }
 
+// Whether the Hopper kernels' tensor-memory copies can read a pass's
+// operands: channels per group in whole 128-byte k-tiles (one tap each), at
+// least one image, x and the filter rows on 16-byte boundaries.
+template <typename T>
+inline bool tma_operands_fit(const Params& p) {
+  constexpr int BKE = kRowBytes / sizeof(T);
+  return p.Cg % BKE == 0 && p.images >= 1 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
+}
+
 // The Hopper kernels for T inputs and TY outputs (implicit_gemm_sm90.cu);
 // cudaErrorNotSupported where they were not compiled (no sm_90a target).
 template <typename T, typename TY>

@@ -72,6 +72,22 @@ inline bool im2col_box_fits(const WindowBox& w) {
   return true;
 }
 
+// The channels-last image (images, *in, channels_total) of nd spatial
+// dimensions (`in` in the 3-D view, leading extents 1) as a map's dimensions
+// and byte strides, innermost first: channels, the spatial ones from the
+// last, then images. Returns the rank, nd + 2.
+template <typename T>
+int image_map_dims(int nd, const int32_t* in, int64_t channels_total, int64_t images,
+                   cuuint64_t (&dims)[5], cuuint64_t (&strides)[4]) {
+  const int rank = nd + 2;
+  dims[0] = static_cast<cuuint64_t>(channels_total);
+  for (int i = 0; i < nd; ++i) dims[1 + i] = static_cast<cuuint64_t>(in[2 - i]);
+  dims[rank - 1] = static_cast<cuuint64_t>(images);
+  strides[0] = dims[0] * sizeof(T);
+  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+  return rank;
+}
+
 // The channels-last image x (images, *in, channels_total) as an im2col map
 // (dimensions innermost first: channels, the spatial ones from the last, then
 // images) whose box is `pixels` consecutive windows x `box_channels`
@@ -81,21 +97,16 @@ bool encode_im2col_map(CUtensorMap* map, const void* x, const WindowBox& w, int6
                        int64_t images, uint32_t box_channels, uint32_t pixels) {
   const TensorMapEncoders& e = tensor_map_encoders();
   if (!e.im2col) return false;
-  const int rank = w.nd + 2;
   cuuint64_t dims[5], strides[4];
+  const int rank = image_map_dims<T>(w.nd, w.in, channels_total, images, dims, strides);
   cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   int lower[3], upper[3];
-  dims[0] = static_cast<cuuint64_t>(channels_total);
   for (int i = 0; i < w.nd; ++i) {
     const int d = 2 - i;  // innermost spatial dimension first
-    dims[1 + i] = static_cast<cuuint64_t>(w.in[d]);
     element_strides[1 + i] = static_cast<cuuint32_t>(w.stride[d]);
     lower[i] = -w.pad[d];
     upper[i] = lower[i] + (w.out[d] - 1) * w.stride[d] - (w.in[d] - 1);
   }
-  dims[rank - 1] = static_cast<cuuint64_t>(images);
-  strides[0] = dims[0] * sizeof(T);
-  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
   return e.im2col(map, map_type<T>(), rank, const_cast<void*>(x), dims, strides, lower, upper,
                   box_channels, pixels, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -114,19 +125,10 @@ bool encode_halo_map(CUtensorMap* map, const void* x, int nd, const int32_t (&in
                      uint32_t box_w, uint32_t box_h) {
   const TensorMapEncoders& e = tensor_map_encoders();
   if (!e.tiled || nd < 1 || nd > 3) return false;
-  const int rank = nd + 2;
   cuuint64_t dims[5], strides[4];
-  cuuint32_t box[5], ones[5] = {1, 1, 1, 1, 1};
-  dims[0] = static_cast<cuuint64_t>(channels_total);
-  box[0] = box_channels;
-  for (int i = 0; i < nd; ++i) {
-    dims[1 + i] = static_cast<cuuint64_t>(in[2 - i]);
-    box[1 + i] = i == 0 ? box_w : i == 1 ? box_h : 1;
-  }
-  dims[rank - 1] = static_cast<cuuint64_t>(images);
-  box[rank - 1] = 1;
-  strides[0] = dims[0] * sizeof(T);
-  for (int i = 1; i < rank - 1; ++i) strides[i] = strides[i - 1] * dims[i];
+  const int rank = image_map_dims<T>(nd, in, channels_total, images, dims, strides);
+  // channels, w, h, depth 1, image 1 (1-D: channels, w, image 1)
+  cuuint32_t box[5] = {box_channels, box_w, nd > 1 ? box_h : 1, 1, 1}, ones[5] = {1, 1, 1, 1, 1};
   return e.tiled(map, map_type<T>(), rank, const_cast<void*>(x), dims, strides, box, ones,
                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
