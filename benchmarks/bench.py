@@ -148,6 +148,16 @@ EXTRAS = [
          note="vmap(grad wrt weights) over 32 examples; torch: torch.func.vmap(grad), forward included"),
 ]
 
+# Variants the per-op scripts (kernel_times.py, op_times.py) can name besides
+# the benchmark's cases, for routing decisions: jax#13800's grouped 1-D conv
+# in both precisions' types, with 64 channels per group, and strided.
+_PROBE = dict(group="probe", dtypes=("f32", "bf16"), ops=("fwd", "dgrad", "wgrad"), layouts=("cf",))
+PROBES = [
+    Case("grouped1d_g16_types", 8, 512, (4000,), 512, (3,), (1,), (1,), (1,), groups=16, **_PROBE),
+    Case("grouped1d_g8_c64", 8, 512, (4000,), 512, (3,), (1,), (1,), (1,), groups=8, **_PROBE),
+    Case("grouped1d_g16_s2", 8, 512, (8000,), 512, (3,), (2,), (1,), (1,), groups=16, **_PROBE),
+]
+
 
 def shrink(case: Case) -> Case:
   """A small version of a case for --quick (CPU development runs)."""
@@ -758,7 +768,7 @@ def add_case_arguments(parser) -> None:
 def chosen_configs(parser, args):
   """(case, dtype, layout) for each of add_case_arguments' choices that the
   case has."""
-  by_name = {c.name: c for c in SUITE + EXTRAS}
+  by_name = {c.name: c for c in SUITE + EXTRAS + PROBES}
   unknown = [n for n in args.cases.split(",") if n not in by_name]
   if unknown:
     parser.error(f"unknown cases {unknown}; known: {sorted(by_name)}")
