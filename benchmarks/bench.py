@@ -150,7 +150,8 @@ EXTRAS = [
 
 # Variants the per-op scripts (kernel_times.py, op_times.py) can name besides
 # the benchmark's cases, for routing decisions: jax#13800's grouped 1-D conv
-# in both precisions' types, with 64 channels per group, and strided.
+# in both precisions' types, with 64 channels per group, and strided
+# (BENCHMARKS.md, step 47).
 _PROBE = dict(group="probe", dtypes=("f32", "bf16"), ops=("fwd", "dgrad", "wgrad"), layouts=("cf",))
 PROBES = [
     Case("grouped1d_g16_types", 8, 512, (4000,), 512, (3,), (1,), (1,), (1,), groups=16, **_PROBE),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -256,42 +255,21 @@ ALGORITHM_GEMM_PER_IMAGE = 5  # channels-first 1x1 filter gradient: a GEMM per i
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
 DIRECT_MAX_TAPS = 32
-# Keep in sync with kGroupedMaxChannels and kGrouped1dMaxChannels in
-# lib/cuda/direct_conv.h.
+# Keep in sync with kGroupedMaxChannels in lib/cuda/direct_conv.h.
 GROUPED_MAX_CHANNELS = 16
-GROUPED_1D_MAX_CHANNELS = 64
 
 
 def _depthwise(spec, c, o):
   return spec.groups == c == o
 
 
-def _grouped_limit(spec):
-  """The most input and output channels per group the grouped kernels take:
-  GROUPED_1D_MAX_CHANNELS for channels-first 1-D convolutions, where the
-  implicit GEMM would pay two layout copies per call (jax#13800's; BENCHMARKS.md,
-  step 47), GROUPED_MAX_CHANNELS for the rest. JAX_IM2COL_NO_GROUPED_1D=1
-  (read when a call is lowered) keeps the 1-D ones at GROUPED_MAX_CHANNELS,
-  for same-run comparisons."""
-  if (spec.window.nd == 1 and not spec.channels_last
-      and os.environ.get("JAX_IM2COL_NO_GROUPED_1D", "") in ("", "0")):
-    return GROUPED_1D_MAX_CHANNELS
-  return GROUPED_MAX_CHANNELS
-
-
 def _grouped(spec, c, o):
   """The grouped kernels (grouped_applies in lib/cuda/grouped_conv.cu): groups
-  of at most _grouped_limit input and output channels, depthwise excepted."""
+  of at most GROUPED_MAX_CHANNELS input and output channels, depthwise
+  excepted."""
   cg, og = c // spec.groups, o // spec.groups
-  limit = _grouped_limit(spec)
-  return spec.groups > 1 and not _depthwise(spec, c, o) and cg <= limit and og <= limit
-
-
-def _grouped_wide(spec, c, o):
-  """Grouped-kernel calls past GROUPED_MAX_CHANNELS (the 1-D channels-first
-  ones): they keep the grouped kernels where small groups would be packed
-  for the implicit GEMM (_packed, packed_filter)."""
-  return _grouped(spec, c, o) and max(c, o) // spec.groups > GROUPED_MAX_CHANNELS
+  return (spec.groups > 1 and not _depthwise(spec, c, o)
+          and cg <= GROUPED_MAX_CHANNELS and og <= GROUPED_MAX_CHANNELS)
 
 
 def _algorithm(spec, c, o):
@@ -392,8 +370,7 @@ def _packed(spec, dtype, c, o, *, input_gradient=False):
   """The packing factor for a grouped convolution on Hopper, or 0: operands the
   implicit GEMM takes (_implicit_operands), 8 to 32 image channels per group
   dividing 64, and groups a multiple of the factor."""
-  if (spec.groups == 1 or _grouped_wide(spec, c, o)
-      or not _implicit_operands(spec, dtype, input_gradient=input_gradient)):
+  if spec.groups == 1 or not _implicit_operands(spec, dtype, input_gradient=input_gradient):
     return 0
   w = spec.window
   cg = (o if input_gradient else c) // spec.groups

@@ -6,7 +6,6 @@ arguments (half types: lax in float32 on the same rounded inputs).
 
 import contextlib
 import math
-import re
 import types
 
 import hypothesis.strategies as st
@@ -19,7 +18,7 @@ from jax import lax
 
 import jax_im2col
 from conftest import GPU_DEVICES, PLATFORMS, on_platform
-from jax_im2col import _conv_primitives
+from jax_im2col import _conv_primitives, _geometry
 
 conv = jax_im2col.conv_general_dilated
 HIGHEST = lax.Precision.HIGHEST
@@ -407,21 +406,12 @@ def check_vjp_on_gpu_afresh(cfg, seed, dtype):
 # bands of several passes, channel chunks (float64, 16 channels, wide tiles),
 # filter gradients staged in several rounds (rows wider than a stage), and
 # lhs dilation (whose input gradient takes the scalar kernel); one case past
-# the limit (the GEMM path). Channels-first 1-D convolutions take them up to
-# 64 channels per group: jax#13800's 32, 64 with stride and dilation (the
-# input gradient's transposed geometry), and channel counts that fill
-# neither a thread's 8 output channels nor a power of 2 of rows.
+# the limit (the GEMM path).
 GROUPED_CASES = {
     "1d-g4-c16": dict(nd=1, n=2, c=64, o=64, groups=4, spatial=(300,), kernel=(3,), strides=(1,),
                       padding=((1, 1),), rhs_dilation=(1,)),
     "1d-c16-long": dict(nd=1, n=2, c=32, o=32, groups=2, spatial=(1100,), kernel=(5,), strides=(1,),
                         padding=((2, 2),), rhs_dilation=(1,)),
-    "1d-c32-jax13800": dict(nd=1, n=2, c=64, o=64, groups=2, spatial=(700,), kernel=(3,), strides=(1,),
-                            padding=((1, 1),), rhs_dilation=(1,)),
-    "1d-c64-s2-dil2": dict(nd=1, n=2, c=128, o=128, groups=2, spatial=(301,), kernel=(5,), strides=(2,),
-                           padding=((3, 1),), rhs_dilation=(2,)),
-    "1d-c24-o40": dict(nd=1, n=1, c=48, o=80, groups=2, spatial=(257,), kernel=(4,), strides=(1,),
-                       padding="SAME", rhs_dilation=(3,)),
     "2d-resnext": dict(nd=2, n=2, c=32, o=32, groups=4, spatial=(14, 14), kernel=(3, 3), strides=(1, 1),
                        padding=((1, 1), (1, 1)), rhs_dilation=(1, 1)),
     "2d-s2-dil2-odd": dict(nd=2, n=2, c=9, o=15, groups=3, spatial=(17, 19), kernel=(3, 2), strides=(2, 1),
@@ -476,13 +466,6 @@ def test_grouped_algorithm_choice():
   assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
   assert _conv_primitives._algorithm(spec(8, True), 64, 64) == direct
   assert _conv_primitives._algorithm(spec(2, True), 64, 64) == gemm
-  # Channels-first 1-D: up to 64 channels per group (not channels-last).
-  assert _conv_primitives._algorithm(spec(2, nd=1), 64, 64) == direct      # 32 per group
-  assert _conv_primitives._algorithm(spec(2, nd=1), 128, 128) == direct    # 64
-  assert _conv_primitives._algorithm(spec(2, nd=1), 128, 130) == gemm      # 65 output channels
-  assert _conv_primitives._algorithm(spec(2, nd=1), 130, 128) == gemm      # 65 input channels
-  assert _conv_primitives._algorithm(spec(2, True, nd=1), 64, 64) == gemm
-  assert _conv_primitives._algorithm(spec(1, nd=1), 64, 64) == gemm
   kind = lambda spec, c, dtype=np.float32: _conv_primitives._filter_kind(spec, c, c, dtype)
   assert kind(spec(8), 64) == "grouped"
   assert kind(spec(8, True), 64) == "grouped"
@@ -521,34 +504,6 @@ def test_grouped_algorithm_choice():
     calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
     assert len(calls) == 1 and "algorithm = 1 : i64" in calls[0], calls
   assert _chunk_attrs(text, "jax_im2col_conv_backward_filter") == (8, 512)
-
-
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-def test_grouped_1d_channels_first_lowering(monkeypatch, dtype):
-  """jax#13800's grouped 1-D convolution (16 groups of 32 channels), lowered
-  for CUDA: the forward and both gradients on the grouped direct kernels, in
-  either type (not packed for the implicit GEMM, whose channels-last copies
-  cost more than its tensor cores save); JAX_IM2COL_NO_GROUPED_1D=1 restores
-  the implicit GEMM's routing, for same-run comparisons."""
-  x = jax.ShapeDtypeStruct((8, 512, 4000), dtype)
-  w = jax.ShapeDtypeStruct((512, 32, 3), dtype)
-  loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1,), padding=((1, 1),),
-                                   feature_group_count=16).astype(jnp.float32) ** 2)
-
-  def algorithms():
-    jax.clear_caches()
-    text = _cuda_text(jax.value_and_grad(loss, (0, 1)), x, w)
-    out = {}
-    for target in ("forward", "backward_data", "backward_filter"):
-      calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
-      assert len(calls) == 1, calls
-      out[target] = int(re.search(r"algorithm = (\d+) : i64", calls[0]).group(1))
-    return out
-
-  direct = _conv_primitives.ALGORITHM_DIRECT
-  assert algorithms() == dict(forward=direct, backward_data=direct, backward_filter=direct)
-  monkeypatch.setenv("JAX_IM2COL_NO_GROUPED_1D", "1")
-  assert direct not in algorithms().values()
 
 
 # How the grouped filter gradient slices the output positions.
@@ -706,15 +661,18 @@ def test_tf32_roundings():
   np.testing.assert_array_equal(truncate_to_tf32(a), [1, 1, -1, 1 + 2.0 ** -10])
 
 
-def _implicit_spec(case, layout, dtype, groups=None):
-  """The fields of a ConvSpec that the routing rules read."""
-  groups = case["groups"] if groups is None else groups
-  return types.SimpleNamespace(
-      groups=groups, channels_last=layout == "cl",
-      precision=_conv_primitives.PRECISION_DEFAULT,
-      window=types.SimpleNamespace(kernel_size=int(np.prod(case["kernel"])), is_identity=False,
-                                   lhs_dilation=(1,) * len(case["kernel"]), stride=case["strides"]),
-      with_groups=lambda g: _implicit_spec(case, layout, dtype, g))
+def _implicit_spec(case, layout, groups=None):
+  """The ConvSpec that conv_general_dilated builds for a case (the routing
+  rules read it: a real one, so that it cannot drift from them)."""
+  nd = len(case["kernel"])
+  pads = _geometry.resolve_padding(case["padding"], case["spatial"], case["kernel"], case["strides"],
+                                   case["rhs_dilation"], (1,) * nd)
+  window = _geometry.Window(tuple(case["kernel"]), tuple(case["strides"]), tuple(case["rhs_dilation"]),
+                            (1,) * nd, pads)
+  return _conv_primitives.ConvSpec(
+      window=window, channels_last=layout == "cl",
+      groups=case["groups"] if groups is None else groups,
+      precision=_conv_primitives.PRECISION_DEFAULT, workspace_limit=jax_im2col.get_workspace_limit())
 
 
 def forward_and_gradients(platform, cfg, dtype, seed):
@@ -749,7 +707,7 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   output's rounding for half outputs."""
   case, cfg = IMPLICIT_CASES[name], implicit_config(name, layout)
   dtype = np.dtype(dtype)
-  spec = _implicit_spec(case, layout, dtype)
+  spec = _implicit_spec(case, layout)
   out_positions = int(np.prod(lax.conv_general_dilated(
       jnp.zeros((1, 1, *case["spatial"])), jnp.zeros((1, 1, *case["kernel"])), case["strides"],
       case["padding"], rhs_dilation=case["rhs_dilation"]).shape[2:]))
@@ -831,7 +789,7 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   filter gradient packed too on Hopper)."""
   case, cfg = PACKED_CASES[name], implicit_config(name, layout, PACKED_CASES)
   dtype = np.dtype(dtype)
-  spec = _implicit_spec(case, layout, dtype)
+  spec = _implicit_spec(case, layout)
   on_gpu = platform == "gpu"
   packed = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"]) > 0
   packed_dx = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"],
@@ -946,7 +904,7 @@ def test_hopper_routing(monkeypatch):
   def implicit(layout, channels, images, hopper):
     monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: hopper)
     case = dict(groups=1, kernel=(3, 3), strides=(1, 1))
-    spec = _implicit_spec(case, layout, np.float32)
+    spec = _implicit_spec(case, layout)
     return _conv_primitives.use_implicit(spec, np.float32, channels, channels, 49, images=images)
 
   assert not implicit("cl", 512, 32, hopper=True)   # 104 tiles

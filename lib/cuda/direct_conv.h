@@ -69,14 +69,10 @@ constexpr int64_t kDirectMaxTaps = 32;
 // Grouped convolutions, either layout, with at most kGroupedMaxChannels
 // input and output channels per group, depthwise excepted (grouped_conv.cu):
 // *done is false where these kernels do not apply or their tiles do not fit;
-// the scalar kernels then take the call. At 8 channels per group (ResNeXt)
-// these kernels are 2x faster than im2col + GEMM (BENCHMARKS.md, step 13).
-// Channels-first 1-D convolutions (jax#13800's) take them up to
-// kGrouped1dMaxChannels, the most output channels the kernels' threads hold
-// (8 rows of kRO): there the implicit GEMM would pay two layout copies per
-// call (step 47).
+// the scalar kernels then take the call. At 32 channels per group (jax#13800's
+// grouped 1-D conv) im2col + GEMM measured as fast or faster on the H200
+// (BENCHMARKS.md, step 13); at 8 (ResNeXt) these kernels are 2x faster.
 constexpr int64_t kGroupedMaxChannels = 16;
-constexpr int64_t kGrouped1dMaxChannels = 64;
 
 cudaError_t grouped_forward(const void* x, const void* w, void* y, xla::ffi::DataType in,
                             xla::ffi::DataType out, const Geometry& g, const DirectShapes& s,

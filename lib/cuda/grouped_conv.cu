@@ -433,10 +433,10 @@ bool grouped_filter_launch(const T* dy, const T* x, typename Acc<T>::type* parti
   return true;
 }
 
-bool grouped_applies(const DirectShapes& s, int nd) {
+bool grouped_applies(const DirectShapes& s) {
   const int64_t cg = s.c / s.groups, og = s.o / s.groups;
-  const int64_t limit = nd == 1 && !s.channels_last ? kGrouped1dMaxChannels : kGroupedMaxChannels;
-  return s.groups > 1 && !s.depthwise() && cg <= limit && og <= limit;
+  return s.groups > 1 && !s.depthwise() && cg <= kGroupedMaxChannels &&
+         og <= kGroupedMaxChannels;
 }
 
 }  // namespace
@@ -444,7 +444,7 @@ bool grouped_applies(const DirectShapes& s, int nd) {
 cudaError_t grouped_forward(const void* x, const void* w, void* y, DataType in, DataType out, const Geometry& g,
                             const DirectShapes& s, bool* done, cudaStream_t stream) {
   *done = false;
-  if (!grouped_applies(s, g.nd)) return cudaSuccess;
+  if (!grouped_applies(s)) return cudaSuccess;
   const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
@@ -462,7 +462,7 @@ cudaError_t grouped_backward_data(const void* dy, const void* w, void* dx, DataT
                                   const DirectShapes& s, bool* done, cudaStream_t stream) {
   *done = false;
   Geometry t;
-  if (!grouped_applies(s, g.nd) || !transposed_geometry(g, &t)) return cudaSuccess;
+  if (!grouped_applies(s) || !transposed_geometry(g, &t)) return cudaSuccess;
   const GroupShape gs = group_shape(s.groups, s.o, s.c, g.kernel_size, true, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
@@ -479,7 +479,7 @@ cudaError_t grouped_filter_partials(const void* dy, const void* x, void* partial
                                     DataType type, const Geometry& g, const DirectShapes& s, bool* done,
                                     cudaStream_t stream) {
   *done = false;
-  if (!grouped_applies(s, g.nd)) return cudaSuccess;
+  if (!grouped_applies(s)) return cudaSuccess;
   const GroupShape gs = group_shape(s.groups, s.c, s.o, g.kernel_size, false, s.channels_last);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
