@@ -475,14 +475,24 @@ bool on_hopper() {
 
 // 64 x 128 tiles of dw in 4 warps, or 128 x 128 in 8 where a group has 128
 // output channels or more (each k-tile of the columns then feeds twice the
-// arithmetic). Warp tiles of 32 x 64 either way. On Hopper (sm_90a builds)
-// the TMA kernel for half types where it applies. Mirrored by _filter_tile_o() in
-// jax_im2col/_conv_primitives.py.
+// arithmetic). Warp tiles of 32 x 64 either way. float32 groups of at most
+// kNarrowFilterChannels output channels (jax#13800's grouped 1-D conv) take
+// 32 x 128 tiles in 4 warps of 32 x 32, whose multiplies and dy copies are
+// not half spent on channels past the group's (BENCHMARKS.md, step 48; a
+// half type's panel is 64 channels). On Hopper (sm_90a builds) the TMA kernel
+// for half types where it applies. Mirrored by _filter_tile_o() in
+// jax_im2col/_conv_primitives.py (which counts such a group's one tile as 64:
+// the same count).
+constexpr int kNarrowFilterChannels = 32;
+
 template <typename T>
 cudaError_t launch_for(const FilterParams& p, int64_t groups, cudaStream_t stream) {
   constexpr bool f32 = std::is_same_v<T, float>;
   constexpr int BP = kFilterPositions;
   const bool wide = p.Og >= 128;
+  if constexpr (f32) {
+    if (p.Og <= kNarrowFilterChannels) return launch<T, 32, 128, BP, 1, 4, 4, 2>(p, groups, stream);
+  }
   if constexpr (!f32) {
     if (hopper_kernels_compiled() && on_hopper()) {
       const cudaError_t e = wide ? launch_tma<T, 128, 128, BP, 4, 2, 4, 2>(p, groups, stream)
