@@ -629,6 +629,77 @@ def test_halo_cases_take_the_halo_kernel(name, dtype):
   assert halo_rule((56, 56), 64, dtype) and halo_rule((15, 31), 64, dtype)
 
 
+def tap_sum_reference(x, w, case):
+  """A grouped convolution without lhs dilation, channels-first ((N, C,
+  *spatial) and (O, C / groups, *kernel)), in float64 as a sum over the taps
+  of batched matrix products: an oracle for cases with hundreds of groups,
+  where XLA's float64 convolution on the CPU takes minutes."""
+  x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+  kernel, strides, dil = case["kernel"], case["strides"], case["rhs_dilation"]
+  nd, g = len(kernel), case["groups"]
+  pads = _geometry.resolve_padding(case["padding"], case["spatial"], kernel, strides, dil, (1,) * nd)
+  assert all(lo >= 0 and hi >= 0 for lo, hi in pads), "crops are not implemented here"
+  out = _geometry.Window(tuple(kernel), tuple(strides), tuple(dil), (1,) * nd, pads).output_spatial(
+      case["spatial"])
+  xp = np.pad(x, [(0, 0), (0, 0), *pads])
+  n, c, o = x.shape[0], x.shape[1], w.shape[0]
+  y = np.zeros((n, g, o // g, int(np.prod(out))))
+  for tap in np.ndindex(*kernel):
+    window = tuple(slice(k * d, k * d + (e - 1) * st + 1, st)
+                   for k, d, e, st in zip(tap, dil, out, strides))
+    x_tap = xp[(slice(None), slice(None), *window)].reshape(n, g, c // g, -1)
+    y += w[(slice(None), slice(None), *tap)].reshape(g, o // g, c // g) @ x_tap
+  return y.reshape(n, o, *out)
+
+
+def test_tap_sum_reference_matches_lax():
+  """The oracle above against XLA's float64 convolution on a small case with
+  groups, strides, dilation and asymmetric padding."""
+  case = dict(groups=3, kernel=(3, 2), strides=(2, 1), rhs_dilation=(1, 2), padding=((2, 1), (0, 3)),
+              spatial=(9, 7))
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((2, 6, 9, 7)), rng.standard_normal((12, 2, 3, 2))
+  ref = on_cpu(lambda x, w: lax.conv_general_dilated(
+      x, w, case["strides"], case["padding"], rhs_dilation=case["rhs_dilation"],
+      feature_group_count=3), x, w)
+  np.testing.assert_allclose(tap_sum_reference(x, w, case), ref, rtol=1e-12, atol=1e-12)
+
+
+# 264 groups of 64 input and 8 output channels on 8 x 31 images: one block per
+# (tile of output channels, group) fills an H100's or H200's 132
+# multiprocessors twice, so the halo kernel's persistent blocks take every
+# pair of 8 x 8 output tiles in turn, the pair reaching past the right edge
+# after the pair left of it. A store past the edge (onto the next row's first
+# positions) would then land after the true one: this case catches the
+# kernel's edge mask missing (BENCHMARKS.md, fifteenth session, calls 6-7),
+# which the cases above do not.
+HALO_IN_TURN = dict(n=1, c=264 * 64, o=264 * 8, groups=264, spatial=(8, 31), kernel=(3, 3),
+                    strides=(1, 1), padding="SAME", rhs_dilation=(1, 1))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+def test_halo_stores_stay_inside_the_output(platform, layout, dtype):
+  """HALO_IN_TURN's forward, on the halo kernel on Hopper, against the tap-sum
+  oracle in float64 on the operands the multiplier sees."""
+  case, dtype = HALO_IN_TURN, np.dtype(dtype)
+  assert halo_rule(case["spatial"], case["c"] // case["groups"], dtype)
+  cfg = implicit_config("in-turn", layout, {"in-turn": case})
+  x, w = operands(cfg, 11, dtype)
+  with on_platform(platform):
+    y = conv(x, w, preferred_element_type=np.float32, **cfg["kwargs"])
+  seen = lambda a: np.asarray(a, np.float32)
+  if platform == "gpu" and dtype == np.float32:
+    seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
+  channels_first = lambda a, spec: np.moveaxis(np.asarray(a), [spec.index("N"), spec.index("C")], [0, 1])
+  specs = layout_specs(layout, 2)
+  x64 = channels_first(seen(x), specs[0])
+  w64 = np.moveaxis(np.asarray(seen(w)), [specs[1].index("O"), specs[1].index("I")], [0, 1])
+  ref = tap_sum_reference(x64, w64, case)
+  assert_close(channels_first(y, specs[2]), ref.astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
+
+
 def implicit_config(name, layout, cases=IMPLICIT_CASES):
   case = cases[name]
   nd, groups = len(case["spatial"]), case["groups"]
