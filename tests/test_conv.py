@@ -974,7 +974,8 @@ def test_hopper_routing(monkeypatch):
 
   def implicit(layout, channels, images, hopper):
     monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: hopper)
-    case = dict(groups=1, kernel=(3, 3), strides=(1, 1))
+    case = dict(groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1), padding="SAME",
+                rhs_dilation=(1, 1))
     spec = _implicit_spec(case, layout)
     return _conv_primitives.use_implicit(spec, np.float32, channels, channels, 49, images=images)
 
