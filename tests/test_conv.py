@@ -629,25 +629,31 @@ def test_halo_cases_take_the_halo_kernel(name, dtype):
   assert halo_rule((56, 56), 64, dtype) and halo_rule((15, 31), 64, dtype)
 
 
+def case_window(case):
+  """The Window that conv_general_dilated builds for a case (no lhs dilation)."""
+  nd = len(case["kernel"])
+  pads = _geometry.resolve_padding(case["padding"], case["spatial"], case["kernel"], case["strides"],
+                                   case["rhs_dilation"], (1,) * nd)
+  return _geometry.Window(tuple(case["kernel"]), tuple(case["strides"]), tuple(case["rhs_dilation"]),
+                          (1,) * nd, pads)
+
+
 def tap_sum_reference(x, w, case):
   """A grouped convolution without lhs dilation, channels-first ((N, C,
   *spatial) and (O, C / groups, *kernel)), in float64 as a sum over the taps
   of batched matrix products: an oracle for cases with hundreds of groups,
   where XLA's float64 convolution on the CPU takes minutes."""
   x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
-  kernel, strides, dil = case["kernel"], case["strides"], case["rhs_dilation"]
-  nd, g = len(kernel), case["groups"]
-  pads = _geometry.resolve_padding(case["padding"], case["spatial"], kernel, strides, dil, (1,) * nd)
-  assert all(lo >= 0 and hi >= 0 for lo, hi in pads), "crops are not implemented here"
-  out = _geometry.Window(tuple(kernel), tuple(strides), tuple(dil), (1,) * nd, pads).output_spatial(
-      case["spatial"])
-  xp = np.pad(x, [(0, 0), (0, 0), *pads])
+  window, g = case_window(case), case["groups"]
+  assert all(lo >= 0 and hi >= 0 for lo, hi in window.padding), "crops are not implemented here"
+  out = window.output_spatial(case["spatial"])
+  xp = np.pad(x, [(0, 0), (0, 0), *window.padding])
   n, c, o = x.shape[0], x.shape[1], w.shape[0]
   y = np.zeros((n, g, o // g, int(np.prod(out))))
-  for tap in np.ndindex(*kernel):
-    window = tuple(slice(k * d, k * d + (e - 1) * st + 1, st)
-                   for k, d, e, st in zip(tap, dil, out, strides))
-    x_tap = xp[(slice(None), slice(None), *window)].reshape(n, g, c // g, -1)
+  for tap in np.ndindex(*window.kernel):
+    taken = tuple(slice(k * d, k * d + (e - 1) * st + 1, st)
+                  for k, d, e, st in zip(tap, window.rhs_dilation, out, window.stride))
+    x_tap = xp[(slice(None), slice(None), *taken)].reshape(n, g, c // g, -1)
     y += w[(slice(None), slice(None), *tap)].reshape(g, o // g, c // g) @ x_tap
   return y.reshape(n, o, *out)
 
@@ -735,13 +741,8 @@ def test_tf32_roundings():
 def _implicit_spec(case, layout, groups=None):
   """The ConvSpec that conv_general_dilated builds for a case (the routing
   rules read it: a real one, so that it cannot drift from them)."""
-  nd = len(case["kernel"])
-  pads = _geometry.resolve_padding(case["padding"], case["spatial"], case["kernel"], case["strides"],
-                                   case["rhs_dilation"], (1,) * nd)
-  window = _geometry.Window(tuple(case["kernel"]), tuple(case["strides"]), tuple(case["rhs_dilation"]),
-                            (1,) * nd, pads)
   return _conv_primitives.ConvSpec(
-      window=window, channels_last=layout == "cl",
+      window=case_window(case), channels_last=layout == "cl",
       groups=case["groups"] if groups is None else groups,
       precision=_conv_primitives.PRECISION_DEFAULT, workspace_limit=jax_im2col.get_workspace_limit())
 
