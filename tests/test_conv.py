@@ -695,15 +695,11 @@ def test_halo_stores_stay_inside_the_output(platform, layout, dtype):
   x, w = operands(cfg, 11, dtype)
   with on_platform(platform):
     y = conv(x, w, preferred_element_type=np.float32, **cfg["kwargs"])
-  seen = lambda a: np.asarray(a, np.float32)
-  if platform == "gpu" and dtype == np.float32:
-    seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
-  channels_first = lambda a, spec: np.moveaxis(np.asarray(a), [spec.index("N"), spec.index("C")], [0, 1])
-  specs = layout_specs(layout, 2)
-  x64 = channels_first(seen(x), specs[0])
-  w64 = np.moveaxis(np.asarray(seen(w)), [specs[1].index("O"), specs[1].index("I")], [0, 1])
-  ref = tap_sum_reference(x64, w64, case)
-  assert_close(channels_first(y, specs[2]), ref.astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
+  seen = implicit_operands_seen(platform, dtype)
+  lhs, rhs, out = layout_specs(layout, 2)
+  first = lambda a, spec, outer: np.moveaxis(np.asarray(a), [spec.index(d) for d in outer], [0, 1])
+  ref = tap_sum_reference(first(seen(x), lhs, "NC"), first(seen(w), rhs, "OI"), case)
+  assert_close(first(y, out, "NC"), ref.astype(np.float32), 1e-5, dtype=np.dtype(np.float32))
 
 
 def implicit_config(name, layout, cases=IMPLICIT_CASES):
@@ -728,6 +724,15 @@ def truncate_to_tf32(a):
   """float32 to TF32 toward zero: what a tensor core reads of float32 bits."""
   bits = np.asarray(a, np.float32).view(np.uint32)
   return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def implicit_operands_seen(platform, dtype):
+  """What the implicit GEMM's multiplier sees of float operands, as float32:
+  float32 as TF32 on the GPU (truncated by Hopper's wgmma kernels, rounded to
+  nearest by mma.sync), other types as they are."""
+  if platform == "gpu" and np.dtype(dtype) == np.float32:
+    return truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
+  return lambda a: np.asarray(a, np.float32)
 
 
 def test_tf32_roundings():
@@ -798,10 +803,7 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   kw = cfg["kwargs"]
   x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 5)
   tf32 = platform == "gpu" and dtype == np.float32
-  if tf32:
-    seen = truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
-  else:
-    seen = lambda a: np.asarray(a, np.float32)
+  seen = implicit_operands_seen(platform, dtype)
 
   def reference(x, w, ct):
     ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
