@@ -63,6 +63,7 @@ nanobind_add_module(_cuda NB_STATIC
   lib/cuda/module.cc
   lib/cuda/blas_handles.cc
   lib/cuda/columns.cu
+  lib/cuda/conv_1d_cf.cu
   lib/cuda/depthwise_rows.cu
   lib/cuda/direct_conv.cu
   lib/cuda/direct_filter.cu

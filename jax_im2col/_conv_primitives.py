@@ -251,6 +251,7 @@ ALGORITHM_IMPLICIT = 2
 ALGORITHM_PACKED = 3  # the implicit GEMM on packed groups (_packed)
 ALGORITHM_GEMM_CHANNELS_LAST = 4  # filter gradient: im2col + GEMM on channels-last copies
 ALGORITHM_GEMM_PER_IMAGE = 5  # channels-first 1x1 filter gradient: a GEMM per image
+ALGORITHM_CONV_1D_CF = 6  # channels-first 1-D kernels (conv_1d_cf)
 # Small groups take the scalar direct kernels up to this many filter taps per
 # output channel (kDirectMaxTaps in lib/cuda/direct_conv.h: past it they sum
 # in rounds).
@@ -494,6 +495,72 @@ def _implicit_pack(spec, dtype, c, o, *, positions, images, input_gradient=False
                           images=images))
 
 
+# Channels-first 1-D convolutions read as they are (lib/cuda/conv_1d_cf.cu):
+# tiles of _CONV_1D_CF_POSITIONS positions of a group's rows in shared memory,
+# multiplied by mma.sync in TF32 (rounded to nearest), for every op at stride
+# 1. Where they apply they replace the implicit GEMM and its channels-last
+# copies of x and dy (jax#13800's grouped 1-D convolution: BENCHMARKS.md,
+# step 49). Keep in sync with lib/cuda/conv_1d_cf.h.
+_CONV_1D_CF_POSITIONS = 128
+_CONV_1D_CF_MAX_CHANNELS = 64
+_CONV_1D_CF_SHARED_BYTES = 96 * 1024
+_CONV_1D_CF_MAX_WIDTH = 1 << 30
+
+
+def _conv_1d_cf_shared(ci, co, taps, dilation):
+  """Shared memory of the convolution's blocks or the filter gradient's,
+  whichever is larger (conv_1d_cf_shared_bytes and
+  conv_1d_cf_filter_shared_bytes)."""
+  span = -(-(_CONV_1D_CF_POSITIONS + (taps - 1) * dilation + 3) // 4) * 4
+  conv_stride = span + (8 - span % 16) % 16
+  filter_stride = span + 4 if span % 8 == 0 else span
+  return max((co * (taps * ci + 4) + 2 * ci * conv_stride) * 4,
+             2 * (co * (_CONV_1D_CF_POSITIONS + 4) + ci * filter_stride) * 4)
+
+
+def conv_1d_cf(spec, dtype, c, o, *, in_w, out_w, op):
+  """Whether the CUDA lowering takes the channels-first 1-D kernels
+  (conv_1d_cf_applies in lib/cuda/conv_1d_cf.cu) for op "forward",
+  "input_gradient" or "filter": float32 at DEFAULT precision, one spatial
+  dimension, stride 1, no lhs dilation, a call that would otherwise take
+  im2col + GEMM or the implicit GEMM; the channels per group of the image
+  the op reads and of the one it writes multiples of 16 up to
+  _CONV_1D_CF_MAX_CHANNELS, the rows it reads (x's, dy's, both for the filter
+  gradient) in whole 16-byte vectors, tiles within
+  _CONV_1D_CF_SHARED_BYTES. c, o, in_w, out_w: the forward's."""
+  w = spec.window
+  if (spec.channels_last or w.nd != 1 or np.dtype(dtype) != np.float32
+      or spec.precision != PRECISION_DEFAULT or w.stride != (1,) or w.lhs_dilation != (1,)
+      or w.is_identity or not _ampere_or_newer() or _algorithm(spec, c, o) != ALGORITHM_GEMM
+      or max(in_w, out_w, abs(w.padding[0][0])) >= _CONV_1D_CF_MAX_WIDTH):
+    return False
+  cg, og = c // spec.groups, o // spec.groups
+  ci, co, image_w = {"forward": (cg, og, in_w), "input_gradient": (og, cg, out_w),
+                     "filter": (cg, og, in_w)}[op]
+  if op == "filter" and (out_w % 4 or spec.groups > _MAX_GROUPS_IMPLICIT):
+    return False
+  if any(ch % 16 or not 0 < ch <= _CONV_1D_CF_MAX_CHANNELS for ch in (ci, co)) or image_w % 4:
+    return False
+  taps, dilation = w.kernel[0], w.rhs_dilation[0]
+  return ((taps - 1) * dilation <= _CONV_1D_CF_SHARED_BYTES
+          and _conv_1d_cf_shared(ci, co, taps, dilation) <= _CONV_1D_CF_SHARED_BYTES)
+
+
+def conv_1d_cf_slices(*, n, out_w, groups, o, kg, limit):
+  """The most parts of the channels-first 1-D filter gradient (the kernel
+  writes as many as one wave of its blocks holds, within these): enough for
+  four blocks per multiprocessor, at most one per tile of positions, their
+  float32 sums (o x kg each) under the workspace cap."""
+  tiles = n * -(-out_w // _CONV_1D_CF_POSITIONS)
+  slices = min(-(-4 * _multiprocessors() // groups), tiles, limit // max(1, o * kg * 4))
+  return max(1, slices)
+
+
+def _conv_1d_cf_call(target, ctx, a, b, spec):
+  return _cuda_call(target, ctx, a, b, spec, images=1, positions=1, workspace_bytes=1,
+                    algorithm=ALGORITHM_CONV_1D_CF)
+
+
 def _images_per_chunk(n, per_image_bytes, limit):
   """Channels-first images an implicit GEMM makes channels-last at once: as
   many of the n as fit the workspace cap, at least one."""
@@ -669,10 +736,21 @@ def _direct_call(target, ctx, a, b, spec):
                     algorithm=ALGORITHM_DIRECT)
 
 
+def _widths(spec, image_aval, y_aval):
+  """(in_w, out_w) of a 1-D call; (0, 0) otherwise."""
+  if spec.window.nd != 1:
+    return 0, 0
+  return (_unfold.image_spatial(image_aval.shape, spec.channels_last)[0],
+          _unfold.image_spatial(y_aval.shape, spec.channels_last)[0])
+
+
 @empty_safe
 def _forward_cuda(ctx, x, w, *, spec, out_dtype):
   xa, ya = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, xa, ya)
+  in_w, out_w = _widths(spec, xa, ya)
+  if conv_1d_cf(spec, xa.dtype, c, o, in_w=in_w, out_w=out_w, op="forward"):
+    return _conv_1d_cf_call(_ffi.CONV_FORWARD, ctx, x, w, spec)
   extent = implicit_pass_extent(spec, _unfold.image_spatial(ya.shape, spec.channels_last))
   pack = _implicit_pack(spec, xa.dtype, c, o, positions=extent[0], images=xa.shape[0])
   if pack:
@@ -690,6 +768,9 @@ def _forward_cuda(ctx, x, w, *, spec, out_dtype):
 def _backward_data_cuda(ctx, dy, w, *, spec, out_dtype, in_spatial):
   dya, dxa = ctx.avals_in[0], ctx.avals_out[0]
   c, o = _channels(spec, dxa, dya)
+  in_w, out_w = _widths(spec, dxa, dya)
+  if conv_1d_cf(spec, dya.dtype, c, o, in_w=in_w, out_w=out_w, op="input_gradient"):
+    return _conv_1d_cf_call(_ffi.CONV_BACKWARD_DATA, ctx, dy, w, spec)
   extent = implicit_pass_extent(spec, in_spatial, input_gradient=True)
   pack = _implicit_pack(spec, dya.dtype, c, o, positions=extent[0], images=dya.shape[0],
                         input_gradient=True)
@@ -783,6 +864,13 @@ def _backward_filter_cuda(ctx, dy, x, *, spec, out_dtype):
   dya, xa = ctx.avals_in
   dtype = np.dtype(xa.dtype)
   c, o = _channels(spec, xa, dya)
+  in_w, out_w = _widths(spec, xa, dya)
+  if conv_1d_cf(spec, dtype, c, o, in_w=in_w, out_w=out_w, op="filter"):
+    kg = c // spec.groups * spec.window.kernel_size
+    slices = conv_1d_cf_slices(n=xa.shape[0], out_w=out_w, groups=spec.groups, o=o, kg=kg,
+                               limit=spec.workspace_limit)
+    return _cuda_call(_ffi.CONV_BACKWARD_FILTER, ctx, dy, x, spec, images=1, positions=slices,
+                      workspace_bytes=slices * o * kg * 4, algorithm=ALGORITHM_CONV_1D_CF)
   pack = packed_filter(spec, dtype, c, o, positions=_positions(dya, spec), images=xa.shape[0])
   if pack:
     return _implicit_filter_call(ctx, dy, x, spec, pack)

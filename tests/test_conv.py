@@ -5,6 +5,7 @@ arguments (half types: lax in float32 on the same rounded inputs).
 """
 
 import contextlib
+import dataclasses
 import math
 import types
 
@@ -831,6 +832,126 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
     exact_dw = on_cpu(lambda x, w, ct: reference(x, w, ct)[2],
                       *(np.asarray(a, np.float64) for a in (x, w, ct)))
     assert_close(dw, exact_dw.astype(np.float32), 2.0 ** -9, dtype=dtype)
+
+
+# Channels-first 1-D convolutions for the kernels of lib/cuda/conv_1d_cf.cu
+# (float32, stride 1, channels per group multiples of 16 up to 64): jax#13800's
+# 32 channels per group, 16 input and 48 output channels with an asymmetric
+# dilated window (the input gradient's tile is 48 channels wide), a dense 1000
+# positions cropped at the end (tiles of 128 with a partial last one), a
+# one-tap window with padding, nine images shorter than a tile, and odd output
+# positions (the forward's scalar stores; dy's rows are not whole vectors, so
+# both gradients take other kernels). "routes": whether the forward, the input
+# gradient and the filter gradient take the kernels.
+CONV_1D_CF_CASES = {
+    "jax13800": dict(n=3, c=64, o=64, groups=2, spatial=(300,), kernel=(3,), strides=(1,),
+                     padding=((1, 1),), rhs_dilation=(1,), routes=(True, True, True)),
+    "c16-o48-dilated": dict(n=2, c=32, o=96, groups=2, spatial=(260,), kernel=(5,), strides=(1,),
+                            padding=((9, 3),), rhs_dilation=(3,), routes=(True, True, True)),
+    "dense-cropped": dict(n=2, c=32, o=32, groups=1, spatial=(1000,), kernel=(3,), strides=(1,),
+                          padding=((1, -7),), rhs_dilation=(1,), routes=(True, True, True)),
+    "one-tap-padded": dict(n=2, c=32, o=32, groups=1, spatial=(64,), kernel=(1,), strides=(1,),
+                           padding=((2, 2),), rhs_dilation=(1,), routes=(True, True, True)),
+    "short-images": dict(n=9, c=32, o=32, groups=1, spatial=(12,), kernel=(3,), strides=(1,),
+                         padding=((1, 1),), rhs_dilation=(1,), routes=(True, True, True)),
+    "odd-output": dict(n=2, c=64, o=32, groups=2, spatial=(300,), kernel=(3,), strides=(1,),
+                       padding=((1, 0),), rhs_dilation=(1,), routes=(True, False, False)),
+}
+CONV_1D_CF_OPS = ("forward", "input_gradient", "filter")
+
+
+def conv_1d_cf_routes(case, dtype=np.float32, **spec_changes):
+  """Whether each op of a channels-first 1-D case takes the kernels."""
+  spec = _implicit_spec(case, "cf")
+  spec = dataclasses.replace(spec, **spec_changes) if spec_changes else spec
+  in_w = case["spatial"][0]
+  out_w = spec.window.output_spatial((in_w,))[0]
+  return tuple(_conv_primitives.conv_1d_cf(spec, dtype, case["c"], case["o"], in_w=in_w,
+                                           out_w=out_w, op=op) for op in CONV_1D_CF_OPS)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", list(CONV_1D_CF_CASES))
+def test_conv_1d_cf_against_float64(platform, name):
+  """The forward and both gradients in float32 at DEFAULT precision against
+  float64: on the GPU, where the kernels take an op, on the operands as TF32
+  rounded to nearest (their mma.sync), leaving float32 accumulation; where
+  another path takes it, against exact operands with TF32's own error."""
+  case = CONV_1D_CF_CASES[name]
+  assert conv_1d_cf_routes(case) == case["routes"]
+  cfg = implicit_config(name, "cf", CONV_1D_CF_CASES)
+  kw = cfg["kwargs"]
+  x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, np.float32, 7)
+
+  def reference(seen):
+    def fn(x, w, ct):
+      ref, vjp_ref = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, **kw), x, w)
+      return (ref, *vjp_ref(ct))
+    return on_cpu(fn, *(seen(a).astype(np.float64) for a in (x, w, ct)))
+
+  exact = reference(lambda a: np.asarray(a, np.float32))
+  rounded = reference(round_to_tf32) if platform == "gpu" else exact
+  assert_close(y32, rounded[0].astype(np.float32), 1e-5)
+  for ours, routed, i in ((y, case["routes"][0], 0), (dx, case["routes"][1], 1),
+                          (dw, case["routes"][2], 2)):
+    if routed or platform == "cpu":
+      assert_close(ours, rounded[i].astype(np.float32), 1e-5)
+    else:
+      assert_close(ours, exact[i].astype(np.float32), 2.0 ** -9)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_conv_1d_cf_ignores_unread_positions(platform):
+  """A window cropped at the end reads none of x's last positions: NaNs there
+  reach neither y nor dw (the filter gradient's tiles span them, against
+  dy's zeros past its end), and their input gradient is zero."""
+  case = CONV_1D_CF_CASES["dense-cropped"]
+  cfg = implicit_config("dense-cropped", "cf", CONV_1D_CF_CASES)
+  x, w = operands(cfg, 11, np.float32)
+  unread = 993  # the last window ends at position 992
+  x_nan = x.at[:, :, unread:].set(jnp.nan)
+  with on_platform(platform):
+    y, vjp = jax.vjp(lambda x, w: conv(x, w, **cfg["kwargs"]), x_nan, w)
+    dx, dw = vjp(jnp.ones_like(y))
+  with on_platform(platform):
+    y_ref, vjp_ref = jax.vjp(lambda x, w: conv(x, w, **cfg["kwargs"]), x, w)
+    _, dw_ref = vjp_ref(jnp.ones_like(y_ref))
+  assert case["routes"] == (True, True, True)
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(y_ref))
+  np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw_ref))
+  assert not np.any(np.asarray(dx)[:, :, unread:])
+
+
+def test_conv_1d_cf_routing():
+  """What the channels-first 1-D kernels take (lowered for CUDA without a
+  GPU): jax#13800's grouped convolution, every op; not half types, HIGHEST,
+  strides, channels-last, the grouped kernels' groups of at most 16 channels,
+  channel counts off the multiples of 16, rows out of whole vectors, or tiles
+  over the shared-memory budget (64 channels in and out)."""
+  base = CONV_1D_CF_CASES["jax13800"]
+  assert conv_1d_cf_routes(base) == (True, True, True)
+  assert conv_1d_cf_routes(base, jnp.bfloat16) == (False, False, False)
+  assert conv_1d_cf_routes(base, precision=_conv_primitives.PRECISION_HIGHEST) == (False,) * 3
+  assert conv_1d_cf_routes(base, channels_last=True) == (False, False, False)
+  assert conv_1d_cf_routes(dict(base, strides=(2,))) == (False, False, False)
+  assert conv_1d_cf_routes(dict(base, groups=4)) == (False, False, False)  # 16: grouped kernels
+  assert conv_1d_cf_routes(dict(base, c=48, o=48, groups=2)) == (False, False, False)  # 24
+  assert conv_1d_cf_routes(dict(base, spatial=(302,))) == (False, False, False)
+  assert conv_1d_cf_routes(dict(base, padding=((1, 0),))) == (True, False, False)
+  assert conv_1d_cf_routes(dict(base, groups=1)) == (False, False, False)  # 64 x 64
+  assert conv_1d_cf_routes(dict(base, groups=1, c=32, o=48)) == (True, True, True)
+  x = jax.ShapeDtypeStruct((8, 512, 4000), jnp.float32)
+  w = jax.ShapeDtypeStruct((512, 32, 3), jnp.float32)
+  loss = lambda x, w: jnp.sum(conv(x, w, window_strides=(1,), padding=((1, 1),),
+                                   feature_group_count=16) ** 2)
+  text = _cuda_text(jax.value_and_grad(loss, (0, 1)), x, w)
+  for target in ("forward", "backward_data", "backward_filter"):
+    calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
+    assert len(calls) == 1 and "algorithm = 6 : i64" in calls[0], calls
+  slices = _conv_primitives.conv_1d_cf_slices(n=8, out_w=4000, groups=16, o=512, kg=96,
+                                              limit=jax_im2col.get_workspace_limit())
+  assert _chunk_attrs(text, "jax_im2col_conv_backward_filter") == (1, slices)
+  assert slices == -(-4 * _conv_primitives._multiprocessors() // 16)
 
 
 # Grouped convolutions whose groups pack into 64-channel groups on Hopper

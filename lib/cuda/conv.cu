@@ -23,6 +23,7 @@
 #include "../ffi_window.h"
 #include "blas_handles.h"
 #include "columns.h"
+#include "conv_1d_cf.h"
 #include "direct_conv.h"
 #include "handlers.h"
 #include "implicit_filter_gradient.h"
@@ -157,11 +158,13 @@ ffi::Error gemm_grid(const Gemm& gm, cublasOperation_t ta, cublasOperation_t tb,
 // implicit GEMM (implicit_gemm.h for the forward and input gradient,
 // implicit_filter_gradient.h for the filter gradient), 3 the implicit GEMM on
 // packed groups (packed_groups below); 4 and 5 are filter gradients of
-// channels-first operands (below, and backward_filter); for the direct filter gradient,
+// channels-first operands (below, and backward_filter); 6 the channels-first
+// 1-D kernels (conv_1d_cf.h); for the direct filter gradient,
 // chunk_positions is the output rows per slice (FilterSlices); for the
 // implicit GEMM, chunk_images is the images made channels-last at once and
 // chunk_positions the parts its reduction is split into
-// (ImplicitConv::splits, ImplicitFilterGradient::splits).
+// (ImplicitConv::splits, ImplicitFilterGradient::splits); for the
+// channels-first 1-D filter gradient, chunk_positions is its slices.
 enum Algorithm : int64_t {
   kAlgorithmGemm = 0,
   kAlgorithmDirect = 1,
@@ -173,7 +176,10 @@ enum Algorithm : int64_t {
   // The filter gradient of a channels-first 1x1 window: one GEMM per image
   // over its positions, on x and dy as they are, into chunk_images float32
   // slots, summed in order (per_image_backward_filter).
-  kAlgorithmGemmPerImage = 5
+  kAlgorithmGemmPerImage = 5,
+  // Channels-first 1-D convolutions read as they are (conv_1d_cf.h): every
+  // op, stride 1.
+  kAlgorithmConv1dCf = 6
 };
 
 // Small groups packed for the implicit GEMM: `pack` consecutive groups whose
@@ -230,7 +236,7 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmGemmPerImage)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmConv1dCf)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))
@@ -561,6 +567,59 @@ ffi::Error implicit_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& d
                     "filter gradient sum");
 }
 
+// --- channels-first 1-D kernels ----------------------------------------------
+
+// The forward, or (input_gradient) the input gradient as the stride-1
+// convolution of dy with the taps reversed and the filter transposed per group.
+ffi::Error conv_1d_cf_call(cudaStream_t stream, const ffi::AnyBuffer& image,
+                           const ffi::AnyBuffer& w, ffi::AnyBuffer& out, const ConvShapes& s,
+                           const ConvAttrs& a, bool input_gradient) {
+  const int64_t ci = input_gradient ? s.Og : s.Cg, co = input_gradient ? s.Cg : s.Og;
+  const int64_t in_w = input_gradient ? s.g.out[0] : s.g.in[0];
+  if (s.cl || !conv_1d_cf_applies(image.element_type(), a.precision == 0, s.g, ci, co, in_w))
+    return ffi::Error::InvalidArgument(
+        std::string(input_gradient ? "conv_backward_data" : "conv_forward") +
+        ": the channels-first 1-D kernel does not apply");
+  const int64_t reach = (s.g.kernel[0] - 1) * s.g.rhs_dilation[0];
+  const Conv1dCf p{static_cast<const float*>(image.untyped_data()),
+                   static_cast<const float*>(w.untyped_data()),
+                   static_cast<float*>(out.untyped_data()),
+                   s.image.n, s.G, ci, co, in_w,
+                   input_gradient ? s.g.in[0] : s.g.out[0],
+                   s.g.kernel[0], s.g.rhs_dilation[0],
+                   input_gradient ? reach - s.g.pad_lo[0] : s.g.pad_lo[0],
+                   input_gradient};
+  return cuda_error(conv_1d_cf(p, stream), "channels-first 1-D conv");
+}
+
+// The filter gradient in at most chunk_positions slices, summed in order
+// into dw.
+ffi::Error conv_1d_cf_backward_filter(cudaStream_t stream, const ffi::AnyBuffer& dy,
+                                      const ffi::AnyBuffer& x, ffi::AnyBuffer& dw,
+                                      const ffi::AnyBuffer& workspace, const ConvShapes& s,
+                                      const ConvAttrs& a) {
+  const int64_t K = s.g.kernel[0], slices = a.chunk_positions;
+  if (s.cl || s.G > 65535 || s.g.out[0] % 4 != 0 ||
+      !conv_1d_cf_applies(x.element_type(), a.precision == 0, s.g, s.Cg, s.Og, s.g.in[0]))
+    return ffi::Error::InvalidArgument(
+        "conv_backward_filter: the channels-first 1-D kernel does not apply");
+  if (workspace.size_bytes() < implicit_filter_partials_bytes(slices, s.O, s.Cg, K))
+    return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the plan needs");
+  float* partials = static_cast<float*>(workspace.untyped_data());
+  const Conv1dCfFilterGradient p{static_cast<const float*>(x.untyped_data()),
+                                 static_cast<const float*>(dy.untyped_data()), partials,
+                                 s.image.n, s.G, s.Cg, s.Og, s.g.in[0], s.g.out[0], K,
+                                 s.g.rhs_dilation[0], s.g.pad_lo[0], slices};
+  int64_t written = 0;
+  if (auto err = cuda_error(conv_1d_cf_filter_gradient(p, &written, stream),
+                            "channels-first 1-D filter gradient");
+      err.failure())
+    return err;
+  return cuda_error(implicit_filter_finish(partials, dw.untyped_data(), dw.element_type(), s.O,
+                                           s.Og, s.Cg, K, written, 1, false, stream),
+                    "filter gradient sum");
+}
+
 // --- handlers ----------------------------------------------------------------
 
 ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
@@ -573,6 +632,7 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   const DataType in = x.element_type(), out = y->element_type();
   if (w.element_type() != in || !(out == in || (is_half(in) && out == DataType::F32)))
     return ffi::Error::InvalidArgument("conv_forward: unsupported dtypes");
+  if (a.algorithm == kAlgorithmConv1dCf) return conv_1d_cf_call(stream, x, w, *y, s, a, false);
   if (a.algorithm >= kAlgorithmGemmChannelsLast)
     return ffi::Error::InvalidArgument("conv_forward: algorithms 4 and 5 are filter gradients");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
@@ -636,6 +696,7 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
   const DataType in = dy.element_type(), out = dx->element_type();
   if (w.element_type() != in || out != in)
     return ffi::Error::InvalidArgument("conv_backward_data: unsupported dtypes");
+  if (a.algorithm == kAlgorithmConv1dCf) return conv_1d_cf_call(stream, dy, w, *dx, s, a, true);
   if (a.algorithm >= kAlgorithmGemmChannelsLast)
     return ffi::Error::InvalidArgument("conv_backward_data: algorithms 4 and 5 are filter gradients");
   if (a.algorithm == kAlgorithmImplicit || a.algorithm == kAlgorithmPacked)
@@ -738,6 +799,8 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     return implicit_backward_filter(stream, dy, x, *dw, *workspace, s, a);
   if (a.algorithm == kAlgorithmGemmPerImage)
     return per_image_backward_filter(c, device, dy, x, *dw, *workspace);
+  if (a.algorithm == kAlgorithmConv1dCf)
+    return conv_1d_cf_backward_filter(stream, dy, x, *dw, *workspace, s, a);
   if (a.algorithm == kAlgorithmDirect) {
     const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
     if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))
