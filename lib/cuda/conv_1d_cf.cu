@@ -1,8 +1,8 @@
 // Channels-first 1-D convolutions on tensor cores (conv_1d_cf.h).
 //
 // Both kernels stage 128-position tiles of a group's rows in shared memory by
-// cp.async (16-byte vectors, zeros outside the rows), double-buffered, and
-// multiply with m16n8k8 TF32 mma.sync. Four warps a block.
+// cp.async (16-byte vectors, zeros outside the rows), two or three buffers
+// deep, and multiply with m16n8k8 TF32 mma.sync. Four warps a block.
 //
 // Convolution: the block's filter A (co x taps * ci) sits in shared memory
 // for the whole block; each warp computes co x 32 output positions of a tile,
@@ -18,6 +18,7 @@
 // read rows g and columns t, so theirs are 4 mod 8.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_1d_cf.h"
 #include "device_info.h"
@@ -83,7 +84,27 @@ __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* 
     const int bytes = vector_bytes(pos, limit);
     copy_vector(dst + r * stride + 4 * v, src + r * pitch + (bytes ? pos : 0), bytes);
   }
-  commit_copies();
+}
+
+// Tiles [tile0, tile1) through STAGES buffers: stage(tile, buffer) issues a
+// tile's copies, body(tile, buffer) reads it once every thread's copies have
+// landed; STAGES - 1 tiles are in flight while one is read. One copy group
+// per tile slot (empty past the end), so the wait counts stay fixed.
+template <int STAGES, typename Stage, typename Body>
+__device__ __forceinline__ void pipeline(int tile0, int tile1, Stage stage, Body body) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (tile0 + s < tile1) stage(tile0 + s, s);
+    commit_copies();
+  }
+  for (int tile = tile0; tile < tile1; ++tile) {
+    const int i = tile - tile0;
+    wait_copies<STAGES - 2>();
+    __syncthreads();  // the tile is in, and every thread is done with the buffer refilled next
+    if (tile + STAGES - 1 < tile1) stage(tile + STAGES - 1, (i + STAGES - 1) % STAGES);
+    commit_copies();
+    body(tile, i % STAGES);
+  }
 }
 
 struct ConvParams {
@@ -98,7 +119,7 @@ struct ConvParams {
 };
 
 // A block: image n, group g, tiles [run * tiles_per_run, ...) of its row.
-template <int MT>
+template <int MT, int STAGES>
 __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
   extern __shared__ float4 shared4[];
   float* as = reinterpret_cast<float*>(shared4);
@@ -123,16 +144,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
     stage_rows(xs + buffer * p.ci * p.x_stride, p.x_stride, image, p.in_w, p.ci, p.span,
                first_of(tile), p.in_w);
   };
-  if (tile0 < tile1) stage(tile0, 0);
-  for (int tile = tile0; tile < tile1; ++tile) {
-    const int buffer = (tile - tile0) & 1;
-    if (tile + 1 < tile1) {
-      stage(tile + 1, buffer ^ 1);
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();
+  pipeline<STAGES>(tile0, tile1, stage, [&](int tile, int buffer) {
     const int shift = static_cast<int>(int64_t{tile} * kTile - p.pad_lo - first_of(tile));
     const float* xb = xs + buffer * p.ci * p.x_stride;
     float acc[MT][4][4];
@@ -181,8 +193,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
           }
         }
       }
-    __syncthreads();
-  }
+  });
 }
 
 struct FilterParams {
@@ -198,11 +209,11 @@ struct FilterParams {
 
 // A block: slice blockIdx.x of group blockIdx.z's (image, tile) pairs, dw
 // columns [8 NT blockIdx.y, 8 NT (blockIdx.y + 1)).
-template <int MT, int NT>
+template <int MT, int NT, int STAGES>
 __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
   extern __shared__ float4 shared4[];
   float* dys = reinterpret_cast<float*>(shared4);
-  float* xs = dys + 2 * p.og * kDyStride;
+  float* xs = dys + STAGES * p.og * kDyStride;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, t = lane % 4;
   const int slice = blockIdx.x, chunk = blockIdx.y;
   const int64_t g = blockIdx.z;
@@ -234,16 +245,7 @@ __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
   }
   float acc[MT][NT][4];
   implicit::zero(acc);
-  if (tile0 < tile1) stage(tile0, 0);
-  for (int tile = tile0; tile < tile1; ++tile) {
-    const int buffer = (tile - tile0) & 1;
-    if (tile + 1 < tile1) {
-      stage(tile + 1, buffer ^ 1);
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();
+  pipeline<STAGES>(tile0, tile1, stage, [&](int tile, int buffer) {
     const int shift = static_cast<int>(int64_t{tile % p.tiles_per_image} * kTile - p.pad_lo - first_of(tile));
     const float* db = dys + buffer * p.og * kDyStride + gq * kDyStride + t;
     const float* xb = xs + buffer * p.cg * p.x_stride + shift;
@@ -270,8 +272,8 @@ __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) Mma<float>::run(acc[i][j], af[i], bf[j]);
     }
-    __syncthreads();
-  }
+  });
+  __syncthreads();
 
   // The warps' sums in warp order; the tiles' buffers are free now.
   constexpr int kValues = MT * NT * 4;
@@ -297,9 +299,9 @@ __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
   }
 }
 
-template <int MT>
+template <int MT, int STAGES>
 cudaError_t launch_conv(ConvParams p, int bytes, cudaStream_t stream) {
-  auto kernel = conv_kernel<MT>;
+  auto kernel = conv_kernel<MT, STAGES>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int resident = 0;
   if (auto e = resident_blocks(key, kThreads1d, bytes, &resident); e != cudaSuccess) return e;
@@ -318,10 +320,10 @@ cudaError_t launch_conv(ConvParams p, int bytes, cudaStream_t stream) {
 
 // Slices: as many of the most (p.tiles_per_slice holds them) as let the
 // grid run in one wave, so that no wave runs a few blocks alone; at least one.
-template <int MT, int NT>
+template <int MT, int NT, int STAGES>
 cudaError_t launch_filter(FilterParams p, int64_t most, int bytes, int64_t* slices,
                           cudaStream_t stream) {
-  auto kernel = filter_kernel<MT, NT>;
+  auto kernel = filter_kernel<MT, NT, STAGES>;
   const void* key = reinterpret_cast<const void*>(kernel);
   int resident = 0;
   if (auto e = resident_blocks(key, kThreads1d, bytes, &resident); e != cudaSuccess) return e;
@@ -339,14 +341,14 @@ cudaError_t launch_filter(FilterParams p, int64_t most, int bytes, int64_t* slic
 
 // dw columns per block (8-column tiles): as many as one chunk needs, at most
 // 24 m16n8 accumulator tiles per warp.
-template <int MT>
-cudaError_t launch_filter_for(const FilterParams& p, int64_t most, int64_t stage_bytes,
+template <int MT, int STAGES>
+cudaError_t launch_filter_for(const FilterParams& p, int64_t most, int64_t tile_bytes,
                               int64_t* slices, cudaStream_t stream) {
   auto run = [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
     const int64_t sums = int64_t{kWarps} * MT * NT * 4 * 32 * 4;
-    return launch_filter<MT, NT>(p, most, static_cast<int>(std::max(stage_bytes, sums)), slices,
-                                 stream);
+    return launch_filter<MT, NT, STAGES>(p, most, static_cast<int>(std::max(tile_bytes, sums)),
+                                         slices, stream);
   };
   if (p.n_tiles <= 4) return run(std::integral_constant<int, 4>{});
   if constexpr (MT * 8 <= 24)
@@ -358,13 +360,28 @@ cudaError_t launch_filter_for(const FilterParams& p, int64_t most, int64_t stage
 
 }  // namespace
 
-int64_t conv_1d_cf_shared_bytes(int64_t ci, int64_t co, int64_t taps, int64_t dilation) {
-  return (co * (taps * ci + 4) + 2 * ci * conv_row_stride(taps, dilation)) * 4;
+int64_t conv_1d_cf_shared_bytes(int64_t ci, int64_t co, int64_t taps, int64_t dilation,
+                                int64_t stages) {
+  return (co * (taps * ci + 4) + stages * ci * conv_row_stride(taps, dilation)) * 4;
 }
 
-int64_t conv_1d_cf_filter_shared_bytes(int64_t cg, int64_t og, int64_t taps, int64_t dilation) {
-  return 2 * (og * kDyStride + cg * filter_x_stride(taps, dilation)) * 4;
+int64_t conv_1d_cf_filter_shared_bytes(int64_t cg, int64_t og, int64_t taps, int64_t dilation,
+                                       int64_t stages) {
+  return stages * (og * kDyStride + cg * filter_x_stride(taps, dilation)) * 4;
 }
+
+namespace {
+
+// Three tile buffers where the device lets a block have them (Hopper and
+// A100), two otherwise (what conv_1d_cf_applies checks).
+cudaError_t stages_for(int64_t three_stage_bytes, int* stages) {
+  DeviceInfo info;
+  if (auto e = current_device_info(&info); e != cudaSuccess) return e;
+  *stages = three_stage_bytes <= info.shared_optin ? 3 : 2;
+  return cudaSuccess;
+}
+
+}  // namespace
 
 bool conv_1d_cf_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t ci,
                         int64_t co, int64_t image_w) {
@@ -375,8 +392,8 @@ bool conv_1d_cf_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int
   if (!channels_ok(ci) || !channels_ok(co)) return false;
   const int64_t reach = (g.kernel[0] - 1) * g.rhs_dilation[0];
   if (reach > kConv1dCfSharedBytes) return false;  // keeps the sizes below in range
-  return std::max(conv_1d_cf_shared_bytes(ci, co, g.kernel[0], g.rhs_dilation[0]),
-                  conv_1d_cf_filter_shared_bytes(ci, co, g.kernel[0], g.rhs_dilation[0])) <=
+  return std::max(conv_1d_cf_shared_bytes(ci, co, g.kernel[0], g.rhs_dilation[0], 2),
+                  conv_1d_cf_filter_shared_bytes(ci, co, g.kernel[0], g.rhs_dilation[0], 2)) <=
          kConv1dCfSharedBytes;
 }
 
@@ -402,14 +419,23 @@ cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
       p.pad_lo < -(1 << 30))
     return cudaErrorInvalidValue;
   c.tiles = static_cast<int32_t>((p.out_w + kTile - 1) / kTile);
-  const int bytes = static_cast<int>(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation));
-  switch (p.co / 16) {
-    case 1: return launch_conv<1>(c, bytes, stream);
-    case 2: return launch_conv<2>(c, bytes, stream);
-    case 3: return launch_conv<3>(c, bytes, stream);
-    case 4: return launch_conv<4>(c, bytes, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  int stages = 2;
+  if (auto e = stages_for(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, 3), &stages);
+      e != cudaSuccess)
+    return e;
+  const int bytes = static_cast<int>(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, stages));
+  auto launch = [&](auto stage_count) {
+    constexpr int S = decltype(stage_count)::value;
+    switch (p.co / 16) {
+      case 1: return launch_conv<1, S>(c, bytes, stream);
+      case 2: return launch_conv<2, S>(c, bytes, stream);
+      case 3: return launch_conv<3, S>(c, bytes, stream);
+      case 4: return launch_conv<4, S>(c, bytes, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  return stages == 3 ? launch(std::integral_constant<int, 3>{})
+                     : launch(std::integral_constant<int, 2>{});
 }
 
 cudaError_t conv_1d_cf_filter_gradient(const Conv1dCfFilterGradient& p, int64_t* slices,
@@ -439,14 +465,23 @@ cudaError_t conv_1d_cf_filter_gradient(const Conv1dCfFilterGradient& p, int64_t*
     return cudaErrorInvalidValue;
   f.tiles_per_image = static_cast<int32_t>(std::max<int64_t>(per_image, 1));
   f.total_tiles = static_cast<int32_t>(total);
-  const int64_t stage = conv_1d_cf_filter_shared_bytes(p.cg, p.og, p.taps, p.dilation);
-  switch (p.og / 16) {
-    case 1: return launch_filter_for<1>(f, p.slices, stage, slices, stream);
-    case 2: return launch_filter_for<2>(f, p.slices, stage, slices, stream);
-    case 3: return launch_filter_for<3>(f, p.slices, stage, slices, stream);
-    case 4: return launch_filter_for<4>(f, p.slices, stage, slices, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  int stages = 2;
+  if (auto e = stages_for(conv_1d_cf_filter_shared_bytes(p.cg, p.og, p.taps, p.dilation, 3), &stages);
+      e != cudaSuccess)
+    return e;
+  const int64_t tiles = conv_1d_cf_filter_shared_bytes(p.cg, p.og, p.taps, p.dilation, stages);
+  auto launch = [&](auto stage_count) {
+    constexpr int S = decltype(stage_count)::value;
+    switch (p.og / 16) {
+      case 1: return launch_filter_for<1, S>(f, p.slices, tiles, slices, stream);
+      case 2: return launch_filter_for<2, S>(f, p.slices, tiles, slices, stream);
+      case 3: return launch_filter_for<3, S>(f, p.slices, tiles, slices, stream);
+      case 4: return launch_filter_for<4, S>(f, p.slices, tiles, slices, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  return stages == 3 ? launch(std::integral_constant<int, 3>{})
+                     : launch(std::integral_constant<int, 2>{});
 }
 
 }  // namespace im2col::cuda

@@ -57,16 +57,19 @@ constexpr int64_t kConv1dCfMaxChannels = 64;
 constexpr int64_t kConv1dCfSharedBytes = 96 * 1024;
 
 // Shared memory of the convolution's blocks and of the filter gradient's
-// (their double-buffered tiles). Mirrored by _conv_1d_cf_shared in
-// jax_im2col/_conv_primitives.py.
-int64_t conv_1d_cf_shared_bytes(int64_t ci, int64_t co, int64_t taps, int64_t dilation);
-int64_t conv_1d_cf_filter_shared_bytes(int64_t cg, int64_t og, int64_t taps, int64_t dilation);
+// with `stages` tile buffers. Mirrored, for two, by _conv_1d_cf_shared in
+// jax_im2col/_conv_primitives.py (the kernels take a third where the device
+// allows).
+int64_t conv_1d_cf_shared_bytes(int64_t ci, int64_t co, int64_t taps, int64_t dilation,
+                                int64_t stages);
+int64_t conv_1d_cf_filter_shared_bytes(int64_t cg, int64_t og, int64_t taps, int64_t dilation,
+                                       int64_t stages);
 
 // Whether these kernels take a geometry: float32 as TF32, one spatial
 // dimension, stride 1, no lhs dilation, channels per group (ci: the image
 // read, co: the output written) multiples of 16 up to kConv1dCfMaxChannels,
-// rows of the image read in whole 16-byte vectors (image_w % 4 == 0), tiles
-// within kConv1dCfSharedBytes. Mirrored by conv_1d_cf in
+// rows of the image read in whole 16-byte vectors (image_w % 4 == 0), two
+// tile buffers within kConv1dCfSharedBytes. Mirrored by conv_1d_cf in
 // jax_im2col/_conv_primitives.py.
 bool conv_1d_cf_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int64_t ci,
                         int64_t co, int64_t image_w);

@@ -14,6 +14,7 @@ namespace im2col::cuda {
 
 struct DeviceInfo {
   int multiprocessors = 0, major = 0, minor = 0;
+  int shared_optin = 0;  // the most dynamic shared memory a block may opt in to
 };
 
 inline cudaError_t current_device_info(DeviceInfo* info) {
@@ -36,6 +37,10 @@ inline cudaError_t current_device_info(DeviceInfo* info) {
       e != cudaSuccess)
     return e;
   if (auto e = cudaDeviceGetAttribute(&found.minor, cudaDevAttrComputeCapabilityMinor, device);
+      e != cudaSuccess)
+    return e;
+  if (auto e = cudaDeviceGetAttribute(&found.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                      device);
       e != cudaSuccess)
     return e;
   std::lock_guard<std::mutex> lock(mutex);
