@@ -90,13 +90,17 @@ __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* 
 // tile's copies, body(tile, buffer) reads it once every thread's copies have
 // landed; STAGES - 1 tiles are in flight while one is read. One copy group
 // per tile slot (empty past the end), so the wait counts stay fixed.
-template <int STAGES, typename Stage, typename Body>
-__device__ __forceinline__ void pipeline(int tile0, int tile1, Stage stage, Body body) {
+// before() runs once the first tiles' copies are out (its shared-memory
+// writes are seen by the first body).
+template <int STAGES, typename Stage, typename Body, typename Before>
+__device__ __forceinline__ void pipeline(int tile0, int tile1, Stage stage, Body body,
+                                         Before before) {
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (tile0 + s < tile1) stage(tile0 + s, s);
     commit_copies();
   }
+  before();
   for (int tile = tile0; tile < tile1; ++tile) {
     const int i = tile - tile0;
     wait_copies<STAGES - 2>();
@@ -132,19 +136,34 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
   const float* image = p.image + (n * p.groups + g) * p.ci * p.in_w;
   const int reduction = p.taps * p.ci;
 
-  for (int e = threadIdx.x; e < p.co * reduction; e += kThreads1d) {
-    const int m = e / reduction, rest = e - m * reduction, k = rest / p.ci, r = rest - k * p.ci;
-    const int64_t at = p.input_gradient
-        ? ((g * p.ci + r) * p.co + m) * p.taps + (p.taps - 1 - k)
-        : ((g * p.co + m) * p.ci + r) * p.taps + k;
-    as[m * p.a_stride + rest] = __uint_as_float(tf32_bits(p.w[at]));
-  }
+  // The filter, rounded to TF32, loads in batches so that their latencies overlap.
+  auto stage_filter = [&] {
+    constexpr int kBatch = 8;
+    const int total = p.co * reduction;
+    for (int base = threadIdx.x; base < total; base += kThreads1d * kBatch) {
+      float v[kBatch];
+      int at[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = base + u * kThreads1d;
+        const int m = e / reduction, rest = e - m * reduction, k = rest / p.ci, r = rest - k * p.ci;
+        at[u] = m * p.a_stride + rest;
+        const int64_t from = p.input_gradient
+            ? ((g * p.ci + r) * p.co + m) * p.taps + (p.taps - 1 - k)
+            : ((g * p.co + m) * p.ci + r) * p.taps + k;
+        v[u] = e < total ? p.w[from] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (base + u * kThreads1d < total) as[at[u]] = __uint_as_float(tf32_bits(v[u]));
+    }
+  };
   auto first_of = [&](int tile) { return floor4(int64_t{tile} * kTile - p.pad_lo); };
   auto stage = [&](int tile, int buffer) {
     stage_rows(xs + buffer * p.ci * p.x_stride, p.x_stride, image, p.in_w, p.ci, p.span,
                first_of(tile), p.in_w);
   };
-  pipeline<STAGES>(tile0, tile1, stage, [&](int tile, int buffer) {
+  auto body = [&](int tile, int buffer) {
     const int shift = static_cast<int>(int64_t{tile} * kTile - p.pad_lo - first_of(tile));
     const float* xb = xs + buffer * p.ci * p.x_stride;
     float acc[MT][4][4];
@@ -193,7 +212,8 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
           }
         }
       }
-  });
+  };
+  pipeline<STAGES>(tile0, tile1, stage, body, stage_filter);
 }
 
 struct FilterParams {
@@ -245,7 +265,7 @@ __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
   }
   float acc[MT][NT][4];
   implicit::zero(acc);
-  pipeline<STAGES>(tile0, tile1, stage, [&](int tile, int buffer) {
+  auto body = [&](int tile, int buffer) {
     const int shift = static_cast<int>(int64_t{tile % p.tiles_per_image} * kTile - p.pad_lo - first_of(tile));
     const float* db = dys + buffer * p.og * kDyStride + gq * kDyStride + t;
     const float* xb = xs + buffer * p.cg * p.x_stride + shift;
@@ -272,7 +292,8 @@ __global__ void __launch_bounds__(kThreads1d) filter_kernel(FilterParams p) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) Mma<float>::run(acc[i][j], af[i], bf[j]);
     }
-  });
+  };
+  pipeline<STAGES>(tile0, tile1, stage, body, [] {});
   __syncthreads();
 
   // The warps' sums in warp order; the tiles' buffers are free now.
