@@ -10,6 +10,8 @@
 #     implicit:  the implicit GEMM and its layout kernels (benchmarks/profile_implicit.py)
 #     filter:    the implicit filter gradient (benchmarks/profile_filter.py)
 #     phases:    the phases of strided input gradients (benchmarks/profile_phases.py)
+#     conv_1d_cf: the channels-first 1-D kernels on jax#13800's grouped conv
+#                (benchmarks/profile_grouped.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -21,6 +23,7 @@ case "${1:-columns}" in
   implicit) script=benchmarks/profile_implicit.py; kernels="(implicit_|to_channels_last)" ;;
   filter) script=benchmarks/profile_filter.py; kernels="filter_(gradient|finish)" ;;
   phases) script=benchmarks/profile_phases.py; kernels="(implicit_|sum_parts|memset)" ;;
+  conv_1d_cf) script=benchmarks/profile_grouped.py; kernels="^(conv_kernel|filter_kernel)" ;;
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
