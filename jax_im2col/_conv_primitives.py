@@ -497,7 +497,7 @@ def _implicit_pack(spec, dtype, c, o, *, positions, images, input_gradient=False
 
 # Channels-first 1-D convolutions read as they are (lib/cuda/conv_1d_cf.cu):
 # tiles of _CONV_1D_CF_POSITIONS positions of a group's rows in shared memory,
-# multiplied by mma.sync in TF32 (rounded to nearest), for every op at stride
+# multiplied by mma.sync in TF32 (operands truncated), for every op at stride
 # 1. Where they apply they replace the implicit GEMM and its channels-last
 # copies of x and dy (jax#13800's grouped 1-D convolution: BENCHMARKS.md,
 # step 49). Keep in sync with lib/cuda/conv_1d_cf.h.

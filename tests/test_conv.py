@@ -875,8 +875,9 @@ def conv_1d_cf_routes(case, dtype=np.float32, **spec_changes):
 def test_conv_1d_cf_against_float64(platform, name):
   """The forward and both gradients in float32 at DEFAULT precision against
   float64: on the GPU, where the kernels take an op, on the operands as TF32
-  rounded to nearest (their mma.sync), leaving float32 accumulation; where
-  another path takes it, against exact operands with TF32's own error."""
+  truncated (their mma.sync reads float32 bits as they are), leaving float32
+  accumulation; where another path takes it, against exact operands with
+  TF32's own error."""
   case = CONV_1D_CF_CASES[name]
   assert conv_1d_cf_routes(case) == case["routes"]
   cfg = implicit_config(name, "cf", CONV_1D_CF_CASES)
@@ -890,12 +891,12 @@ def test_conv_1d_cf_against_float64(platform, name):
     return on_cpu(fn, *(seen(a).astype(np.float64) for a in (x, w, ct)))
 
   exact = reference(lambda a: np.asarray(a, np.float32))
-  rounded = reference(round_to_tf32) if platform == "gpu" else exact
-  assert_close(y32, rounded[0].astype(np.float32), 1e-5)
+  seen = reference(truncate_to_tf32) if platform == "gpu" else exact
+  assert_close(y32, seen[0].astype(np.float32), 1e-5)
   for ours, routed, i in ((y, case["routes"][0], 0), (dx, case["routes"][1], 1),
                           (dw, case["routes"][2], 2)):
     if routed or platform == "cpu":
-      assert_close(ours, rounded[i].astype(np.float32), 1e-5)
+      assert_close(ours, seen[i].astype(np.float32), 1e-5)
     else:
       assert_close(ours, exact[i].astype(np.float32), 2.0 ** -9)
 

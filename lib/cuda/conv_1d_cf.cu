@@ -2,7 +2,8 @@
 //
 // Both kernels stage 128-position tiles of a group's rows in shared memory by
 // cp.async (16-byte vectors, zeros outside the rows), two or three buffers
-// deep, and multiply with m16n8k8 TF32 mma.sync. Four warps a block.
+// deep, and multiply with m16n8k8 TF32 mma.sync (operands truncated). Four
+// warps a block.
 //
 // Convolution: the block's filter A (co x taps * ci) sits in shared memory
 // for the whole block; each warp computes co x 32 output positions of a tile,
@@ -67,11 +68,12 @@ __device__ __forceinline__ int vector_bytes(int64_t pos, int64_t limit) {
 
 __device__ __forceinline__ int64_t floor4(int64_t v) { return v >= 0 ? v / 4 * 4 : -((-v + 3) / 4 * 4); }
 
-__device__ __forceinline__ uint32_t tf32_bits(float v) {
-  uint32_t r = __float_as_uint(v);
-  Mma<float>::prepare(r);
-  return r;
-}
+// float32 bits as the TF32 operand: the tensor core reads the top 19 bits,
+// truncating toward zero (as this project's wgmma kernels and cuBLAS's and
+// cuDNN's Hopper kernels do). Rounding each fragment to nearest first
+// (cvt.rna) put a dependent instruction before every mma: ncu had the
+// kernels latency-bound (BENCHMARKS.md, step 49).
+__device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(v); }
 
 // Stages `rows` rows of `span` floats (stride `stride`) from row positions
 // [first, first + span) of src (row pitch `pitch`), zeros outside [0, limit).
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
   const float* image = p.image + (n * p.groups + g) * p.ci * p.in_w;
   const int reduction = p.taps * p.ci;
 
-  // The filter, rounded to TF32, loads in batches so that their latencies overlap.
+  // The filter loads in batches so that their latencies overlap.
   auto stage_filter = [&] {
     constexpr int kBatch = 8;
     const int total = p.co * reduction;
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
-        if (base + u * kThreads1d < total) as[at[u]] = __uint_as_float(tf32_bits(v[u]));
+        if (base + u * kThreads1d < total) as[at[u]] = v[u];
     }
   };
   auto first_of = [&](int tile) { return floor4(int64_t{tile} * kTile - p.pad_lo); };
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
     for (int k = 0; k < p.taps; ++k) {
       const float* bk = xb + t * p.x_stride + warp * kWarpPositions + gq + k * p.dilation + shift;
       const float* ak = as + gq * p.a_stride + k * p.ci + t;
-      for (int c0 = 0; c0 < p.ci; c0 += 8) {
+#pragma unroll 2
+      for (int c0 = 0; c0 < p.ci; c0 += 8) {  // ci: a multiple of 16
         uint32_t af[MT][4], bf[4][2];
 #pragma unroll
         for (int i = 0; i < MT; ++i) {

@@ -1,6 +1,5 @@
 // Channels-first 1-D convolutions on tensor cores (mma.sync, Ampere and
-// newer), float32 as TF32 rounded to nearest (XLA's DEFAULT), accumulated in
-// float32: grouped 1-D convolutions such as jax#13800's read as they are,
+// newer), float32 as TF32 truncated (XLA's DEFAULT), accumulated in float32: grouped 1-D convolutions such as jax#13800's read as they are,
 // where the implicit GEMM would first make x and dy channels-last.
 //
 // A channels-first row of positions is the operand mma.sync wants: for the
