@@ -1,9 +1,9 @@
 // Channels-first 1-D convolutions on tensor cores (conv_1d_cf.h).
 //
 // Both kernels stage 128-position tiles of a group's rows in shared memory by
-// cp.async (16-byte vectors, zeros outside the rows), two or three buffers
-// deep, and multiply with m16n8k8 TF32 mma.sync (operands truncated). Four
-// warps a block.
+// cp.async (16-byte vectors, zeros outside the rows), two buffers deep (three
+// for the filter gradient where they fit), and multiply with m16n8k8 TF32
+// mma.sync (operands truncated). Four warps a block.
 //
 // Convolution: the block's filter A (co x taps * ci) sits in shared memory
 // for the whole block; each warp computes co x 32 output positions of a tile,
@@ -396,8 +396,8 @@ int64_t conv_1d_cf_filter_shared_bytes(int64_t cg, int64_t og, int64_t taps, int
 
 namespace {
 
-// Three tile buffers where the device lets a block have them (Hopper and
-// A100), two otherwise (what conv_1d_cf_applies checks).
+// The filter gradient's tile buffers: three where the device lets a block
+// have them (Hopper and A100), two otherwise (what conv_1d_cf_applies checks).
 cudaError_t stages_for(int64_t three_stage_bytes, int* stages) {
   DeviceInfo info;
   if (auto e = current_device_info(&info); e != cudaSuccess) return e;
@@ -443,23 +443,16 @@ cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
       p.pad_lo < -(1 << 30))
     return cudaErrorInvalidValue;
   c.tiles = static_cast<int32_t>((p.out_w + kTile - 1) / kTile);
-  int stages = 2;
-  if (auto e = stages_for(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, 3), &stages);
-      e != cudaSuccess)
-    return e;
-  const int bytes = static_cast<int>(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, stages));
-  auto launch = [&](auto stage_count) {
-    constexpr int S = decltype(stage_count)::value;
-    switch (p.co / 16) {
-      case 1: return launch_conv<1, S>(c, bytes, stream);
-      case 2: return launch_conv<2, S>(c, bytes, stream);
-      case 3: return launch_conv<3, S>(c, bytes, stream);
-      case 4: return launch_conv<4, S>(c, bytes, stream);
-      default: return cudaErrorInvalidValue;
-    }
-  };
-  return stages == 3 ? launch(std::integral_constant<int, 3>{})
-                     : launch(std::integral_constant<int, 2>{});
+  // Two tile buffers: a third (three blocks per multiprocessor where two
+  // buffers fit four) measured 2-4% slower (BENCHMARKS.md, step 49).
+  const int bytes = static_cast<int>(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, 2));
+  switch (p.co / 16) {
+    case 1: return launch_conv<1, 2>(c, bytes, stream);
+    case 2: return launch_conv<2, 2>(c, bytes, stream);
+    case 3: return launch_conv<3, 2>(c, bytes, stream);
+    case 4: return launch_conv<4, 2>(c, bytes, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t conv_1d_cf_filter_gradient(const Conv1dCfFilterGradient& p, int64_t* slices,
