@@ -79,12 +79,22 @@ __device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(
 // [first, first + span) of src (row pitch `pitch`), zeros outside [0, limit).
 __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* src, int64_t pitch,
                                            int rows, int span, int64_t first, int64_t limit) {
-  const int vectors = span / 4;
-  for (int i = threadIdx.x; i < rows * vectors; i += kThreads1d) {
-    const int r = i / vectors, v = i - r * vectors;
+  // Vectors i = r * vectors + v for i = threadIdx.x + kThreads1d * u, (r, v)
+  // stepped along with one division a call: ncu had both kernels
+  // latency-bound at a few warps per multiprocessor, where a division per
+  // vector made up an estimated third of a tile's instructions.
+  const int vectors = span / 4, step_r = kThreads1d / vectors, step_v = kThreads1d % vectors;
+  int r = threadIdx.x / vectors, v = threadIdx.x - r * vectors;
+  while (r < rows) {
     const int64_t pos = first + 4 * v;
     const int bytes = vector_bytes(pos, limit);
     copy_vector(dst + r * stride + 4 * v, src + r * pitch + (bytes ? pos : 0), bytes);
+    r += step_r;
+    v += step_v;
+    if (v >= vectors) {
+      v -= vectors;
+      ++r;
+    }
   }
 }
 
