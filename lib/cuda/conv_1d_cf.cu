@@ -123,13 +123,29 @@ __device__ __forceinline__ void pipeline(int tile0, int tile1, Stage stage, Body
   }
 }
 
-struct ConvParams {
+// What both kernels read of a call's rows and window.
+struct RowWindow {
+  int64_t n, groups, in_w, out_w;
+  int32_t taps, dilation, pad_lo, span;  // span: floats of a tile row
+};
+
+// *w from a call's sizes, or false where positions would pass 32 bits.
+bool row_window(int64_t n, int64_t groups, int64_t in_w, int64_t out_w, int64_t taps,
+                int64_t dilation, int64_t pad_lo, RowWindow* w) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (in_w > kLimit || out_w > kLimit || pad_lo > kLimit || pad_lo < -kLimit) return false;
+  *w = RowWindow{n, groups, in_w, out_w, static_cast<int32_t>(taps),
+                 static_cast<int32_t>(dilation), static_cast<int32_t>(pad_lo),
+                 static_cast<int32_t>(tile_span(taps, dilation))};
+  return true;
+}
+
+struct ConvParams : RowWindow {
   const float* image;
   const float* w;
   float* out;
-  int64_t n, groups, in_w, out_w;
-  int32_t ci, co, taps, dilation, pad_lo;
-  int32_t a_stride, x_stride, span;  // floats
+  int32_t ci, co;
+  int32_t a_stride, x_stride;  // floats
   int32_t tiles, tiles_per_run, runs;
   bool input_gradient;
 };
@@ -229,13 +245,13 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
   pipeline<STAGES>(tile0, tile1, stage, body, stage_filter);
 }
 
-struct FilterParams {
+struct FilterParams : RowWindow {
   const float* x;
   const float* dy;
   float* partials;
-  int64_t n, groups, in_w, out_w, x_limit;
-  int32_t cg, og, taps, dilation, pad_lo;
-  int32_t x_stride, span;
+  int64_t x_limit;
+  int32_t cg, og;
+  int32_t x_stride;
   int32_t tiles_per_image, total_tiles, tiles_per_slice;
   int32_t n_tiles;  // 8-column tiles of dw per group: taps * cg / 8
 };
@@ -433,25 +449,16 @@ bool conv_1d_cf_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int
 
 cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
   ConvParams c{};
+  if (!row_window(p.n, p.groups, p.in_w, p.out_w, p.taps, p.dilation, p.pad_lo, &c))
+    return cudaErrorInvalidValue;
   c.image = p.image;
   c.w = p.w;
   c.out = p.out;
-  c.n = p.n;
-  c.groups = p.groups;
-  c.in_w = p.in_w;
-  c.out_w = p.out_w;
   c.ci = static_cast<int32_t>(p.ci);
   c.co = static_cast<int32_t>(p.co);
-  c.taps = static_cast<int32_t>(p.taps);
-  c.dilation = static_cast<int32_t>(p.dilation);
-  c.pad_lo = static_cast<int32_t>(p.pad_lo);
   c.a_stride = static_cast<int32_t>(p.taps * p.ci + 4);
   c.x_stride = static_cast<int32_t>(conv_row_stride(p.taps, p.dilation));
-  c.span = static_cast<int32_t>(tile_span(p.taps, p.dilation));
   c.input_gradient = p.input_gradient;
-  if (p.out_w > (int64_t{1} << 30) || p.in_w > (int64_t{1} << 30) || p.pad_lo > (1 << 30) ||
-      p.pad_lo < -(1 << 30))
-    return cudaErrorInvalidValue;
   c.tiles = static_cast<int32_t>((p.out_w + kTile - 1) / kTile);
   // Two tile buffers: a third (three blocks per multiprocessor where two
   // buffers fit four) measured 2-4% slower (BENCHMARKS.md, step 49).
@@ -468,27 +475,21 @@ cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
 cudaError_t conv_1d_cf_filter_gradient(const Conv1dCfFilterGradient& p, int64_t* slices,
                                        cudaStream_t stream) {
   FilterParams f{};
+  if (!row_window(p.n, p.groups, p.in_w, p.out_w, p.taps, p.dilation, p.pad_lo, &f))
+    return cudaErrorInvalidValue;
   f.x = p.x;
   f.dy = p.dy;
   f.partials = p.partials;
-  f.n = p.n;
-  f.groups = p.groups;
-  f.in_w = p.in_w;
-  f.out_w = p.out_w;
   // x past the last position a window reads stays zero: those positions only
   // meet dy's zeros beyond out_w, and must not bring their NaNs.
   f.x_limit = std::min<int64_t>(p.in_w, p.out_w - 1 + (p.taps - 1) * p.dilation - p.pad_lo + 1);
   f.cg = static_cast<int32_t>(p.cg);
   f.og = static_cast<int32_t>(p.og);
-  f.taps = static_cast<int32_t>(p.taps);
-  f.dilation = static_cast<int32_t>(p.dilation);
-  f.pad_lo = static_cast<int32_t>(p.pad_lo);
   f.x_stride = static_cast<int32_t>(filter_x_stride(p.taps, p.dilation));
-  f.span = static_cast<int32_t>(tile_span(p.taps, p.dilation));
   f.n_tiles = static_cast<int32_t>(p.taps * p.cg / 8);
   const int64_t per_image = (p.out_w + kTile - 1) / kTile, total = p.n * per_image;
   if (total >= (int64_t{1} << 31) || p.slices < 1 || p.slices >= (int64_t{1} << 31) ||
-      p.groups > 65535 || p.pad_lo > (1 << 30) || p.pad_lo < -(1 << 30))
+      p.groups > 65535)
     return cudaErrorInvalidValue;
   f.tiles_per_image = static_cast<int32_t>(std::max<int64_t>(per_image, 1));
   f.total_tiles = static_cast<int32_t>(total);
