@@ -52,13 +52,6 @@ int64_t filter_x_stride(int64_t taps, int64_t dilation) {
 }
 constexpr int kDyStride = kTile + 4;
 
-// 16 bytes to shared memory, of which the first `bytes` from src and the
-// rest zeros (src is not read when bytes is 0).
-__device__ __forceinline__ void copy_vector(float* dst, const float* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(bytes));
-}
-
 // Bytes of the 16-byte vector at row position pos that lie in [0, limit).
 __device__ __forceinline__ int vector_bytes(int64_t pos, int64_t limit) {
   if (pos < 0 || pos >= limit) return 0;
@@ -88,7 +81,8 @@ __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* 
   while (r < rows) {
     const int64_t pos = first + 4 * v;
     const int bytes = vector_bytes(pos, limit);
-    copy_vector(dst + r * stride + 4 * v, src + r * pitch + (bytes ? pos : 0), bytes);
+    copy_async_bytes(shared_address(dst + r * stride + 4 * v), src + r * pitch + (bytes ? pos : 0),
+                     bytes);
     r += step_r;
     v += step_v;
     if (v >= vectors) {

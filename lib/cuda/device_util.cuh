@@ -85,9 +85,12 @@ inline bool aligned_to(const void* p, size_t bytes) {
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// The first `bytes` (0 to 16) of the 16 from src, zeros after them.
+__device__ __forceinline__ void copy_async_bytes(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
 __device__ __forceinline__ void copy_async(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
+  copy_async_bytes(dst, src, valid ? 16 : 0);
 }
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int Pending>
