@@ -20,7 +20,11 @@ repeats of time / R. A repeat runs the op R times, about a millisecond of
 device work (at most max_inner calls): JAX runs the R calls chained in one
 compiled program (each call's arguments pass through an optimization_barrier
 together with the previous call's outputs, so XLA cannot merge, hoist or
-reorder calls), timed with block_until_ready; torch on a GPU replays a CUDA
+reorder calls), timed on a GPU by the device span of the repeat (its first
+kernel's start to its last kernel's end, CUPTI timestamps through torch's
+profiler; --jax-clock host: the host clock around dispatch and
+block_until_ready, which also counts the runtime's start-up of each repeat,
+about half a millisecond on the H200); torch on a GPU replays a CUDA
 graph of the R calls timed with CUDA events (CUDA events around R eager calls
 where an op cannot be captured; `method` in each record says which), on the
 CPU a host clock. The chain and the graph keep every output of a repeat (XLA
@@ -65,12 +69,21 @@ except ImportError:  # layouts are then left to XLA (see _row_major)
 
 import jax_im2col as J  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_span  # noqa: E402
+
 try:
   import torch
   import torch.nn.functional as F
 except ImportError:  # torch columns become skips
   torch = None
 
+# How JAX chains are timed: "span", the device's timestamps of a repeat's first
+# and last kernel (CUPTI, through torch's profiler; on a GPU with torch), or
+# "host", the host clock around dispatch and block_until_ready, which also
+# counts the runtime's start-up of each repeat (BENCHMARKS.md, step 50).
+# main() sets it (--jax-clock).
+JAX_CLOCK = "host"
 OURS_CONV = getattr(J, "conv_general_dilated", None)
 NO_OURS_CONV = "jax_im2col.conv_general_dilated not available"
 HIGHEST = lax.Precision.HIGHEST
@@ -370,17 +383,28 @@ def time_jax(fn: Callable, arg_sets: list, cfg: TimingConfig, compiled=None) -> 
       if ops and ops1:
         info["chain_calls"] = ops / ops1  # R when every call survived compilation
 
+    def launch():
+      jax.block_until_ready(run(arg_sets))
+
     def rep():
       t0 = time.perf_counter()
-      jax.block_until_ready(run(arg_sets))
+      launch()
       return time.perf_counter() - t0
 
+    rep.launch = launch
     return rep
 
   r, rep = _calibrate(build, est, out_bytes, cfg)
   if info.get("chain_calls", r) < 0.9 * r:
     info["warning"] = f"the chain of {r} calls compiled to about {info['chain_calls']:.1f}"
     print(f"WARNING: {info['warning']}", file=sys.stderr)
+  if JAX_CLOCK == "span":
+    n = max(cfg.min_reps, min(cfg.max_reps, int(cfg.budget_s / max(rep(), 1e-6))))
+    spans = device_span.run_spans(rep.launch, n)
+    if spans is not None:
+      info["method"] = "chain, device span"
+      return dict(_summary([t / r for t in spans], r), **info)
+    info["span_error"] = "repeats put different numbers of kernels on the GPU: host clock instead"
   return dict(_summary(_sample(rep, r, cfg), r), **info)
 
 
@@ -473,8 +497,10 @@ def timing_methods() -> dict:
                   "CUDA graph of R calls, replays timed with CUDA events (events around R eager calls "
                   "where capture fails: `method` of the record)" if TORCH_DEVICE.type == "cuda" else
                   "host clock around R calls")
+  clock = ("the device span of a repeat: first kernel's start to last kernel's end, CUPTI timestamps"
+           if JAX_CLOCK == "span" else "host clock around dispatch and block_until_ready")
   return dict(jax="R calls chained in one compiled program (each call's arguments pass through an "
-                  "optimization_barrier with the previous call's outputs), block_until_ready",
+                  f"optimization_barrier with the previous call's outputs); {clock}",
               torch=torch_method, per_repeat=f"R calls for about {TimingConfig.rep_target_s * 1e3:g} ms "
                                             "of device time, R <= max_inner; median over repeats of time / R")
 
@@ -1212,7 +1238,8 @@ def markdown(b: Bench, meta: dict) -> str:
            f"torch {meta['versions'].get('torch')}, CUDA {meta.get('cuda') or '-'}"
            f"{', --quick (shrunk shapes)' if b.args.quick else ''}. Device ms per call, median over repeats "
            f"after warm-up; a repeat runs R calls (about {b.cfg.rep_target_s * 1e3:g} ms): JAX chains them in "
-           "one compiled program (optimization_barrier between calls), torch "
+           "one compiled program (optimization_barrier between calls), timed by "
+           f"{'the device span of the repeat (CUPTI timestamps)' if b.args.jax_clock == 'span' else 'the host clock'}, torch "
            f"{'replays a CUDA graph of them (CUDA events)' if meta.get('torch_device') == 'cuda' else 'calls them on a host clock'}. "
            "ours/peer < 1 means jax_im2col is faster. `xla` is jit(lax...) at DEFAULT precision "
            f"{'(TF32 for f32 on this GPU)' if meta['backend'] == 'gpu' else ''}, `_hi` at HIGHEST; torch "
@@ -1349,14 +1376,21 @@ def parse_args(argv=None):
   p.add_argument("--deadline-s", type=float, default=None,
                  help="stop measuring after this many seconds (default: 200 on a GPU, none otherwise)")
   p.add_argument("--budget-s", type=float, default=None, help="time budget of one measurement")
+  p.add_argument("--jax-clock", choices=("span", "host"), default=None,
+                 help="how JAX chains are timed: span (the device's timestamps; the default where "
+                      "torch sees the GPU) or host (the host clock around each repeat)")
   args = p.parse_args(argv)
+  if args.jax_clock is None:
+    args.jax_clock = "span" if jax.default_backend() == "gpu" and device_span.available() else "host"
   if args.deadline_s is None and jax.default_backend() != "cpu" and not args.quick:
     args.deadline_s = 200.0
   return args
 
 
 def main(argv=None) -> int:
+  global JAX_CLOCK
   args = parse_args(argv)
+  JAX_CLOCK = args.jax_clock
   signal.signal(signal.SIGTERM, _on_sigterm)
   cfg = TimingConfig(warmup=2, min_reps=5, max_reps=20, budget_s=0.05) if args.quick else TimingConfig()
   if args.budget_s is not None:

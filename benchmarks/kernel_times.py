@@ -17,20 +17,12 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import device_span  # noqa: E402
 
 
 def kernels_of(run):
   """(name, device microseconds) of each kernel that run() launches."""
-  import torch
-  from torch.autograd import DeviceType
-  from torch.profiler import ProfilerActivity, profile
-
-  torch.cuda.synchronize()
-  with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    run()
-    torch.cuda.synchronize()
-  return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
-          if e.device_type == DeviceType.CUDA]
+  return [(name, end - start) for name, start, end in device_span.kernel_spans(run)]
 
 
 def main():

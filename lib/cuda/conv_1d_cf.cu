@@ -70,24 +70,25 @@ __device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(
 
 // Stages `rows` rows of `span` floats (stride `stride`) from row positions
 // [first, first + span) of src (row pitch `pitch`), zeros outside [0, limit).
+// Warp w copies rows w, w + 4, ...; lane l vectors l, l + 32, ... of each. A
+// vector's bounds depend on its position alone, so they are worked out once
+// a tile, not once a row: with them worked out per vector (and a row and
+// column stepped along), staging was about three quarters of the filter
+// gradient's instructions (BENCHMARKS.md, step 50).
 __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* src, int64_t pitch,
                                            int rows, int span, int64_t first, int64_t limit) {
-  // Vectors i = r * vectors + v for i = threadIdx.x + kThreads1d * u, (r, v)
-  // stepped along with one division a call: ncu had both kernels
-  // latency-bound at a few warps per multiprocessor, where a division per
-  // vector made up an estimated third of a tile's instructions.
-  const int vectors = span / 4, step_r = kThreads1d / vectors, step_v = kThreads1d % vectors;
-  int r = threadIdx.x / vectors, v = threadIdx.x - r * vectors;
-  while (r < rows) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t row_bytes = static_cast<uint32_t>(kWarps * stride) * 4;
+  for (int v = lane; v < span / 4; v += 32) {
     const int64_t pos = first + 4 * v;
     const int bytes = vector_bytes(pos, limit);
-    copy_async_bytes(shared_address(dst + r * stride + 4 * v), src + r * pitch + (bytes ? pos : 0),
-                     bytes);
-    r += step_r;
-    v += step_v;
-    if (v >= vectors) {
-      v -= vectors;
-      ++r;
+    const float* from = src + warp * pitch + (bytes ? pos : 0);
+    uint32_t to = shared_address(dst + warp * stride + 4 * v);
+#pragma unroll 4
+    for (int r = warp; r < rows; r += kWarps) {
+      copy_async_bytes(to, from, bytes);
+      from += kWarps * pitch;
+      to += row_bytes;
     }
   }
 }
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
       }
     }
     const int64_t q0 = int64_t{tile} * kTile + warp * kWarpPositions + 2 * t;
+    const bool whole = p.out_w % 2 == 0 && q0 - 2 * t + kWarpPositions <= p.out_w;
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(kThreads1d) conv_kernel(ConvParams p) {
         for (int j = 0; j < 4; ++j) {
           const int64_t q = q0 + 8 * j;
           const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-          if (q + 1 < p.out_w && p.out_w % 2 == 0) {
+          if (whole || (q + 1 < p.out_w && p.out_w % 2 == 0)) {
             *reinterpret_cast<float2*>(out + q) = make_float2(v0, v1);
           } else {
             if (q < p.out_w) out[q] = v0;
