@@ -81,7 +81,7 @@ except ImportError:  # torch columns become skips
 # How JAX chains are timed: "span", the device's timestamps of a repeat's first
 # and last kernel (CUPTI, through torch's profiler; on a GPU with torch), or
 # "host", the host clock around dispatch and block_until_ready, which also
-# counts the runtime's start-up of each repeat (BENCHMARKS.md, step 50).
+# counts the runtime's start-up of each repeat (BENCHMARKS.md, step 51).
 # main() sets it (--jax-clock).
 JAX_CLOCK = "host"
 OURS_CONV = getattr(J, "conv_general_dilated", None)

@@ -3,7 +3,7 @@ that bench.py times (bench._chain), runs it warm under torch's profiler
 (CUPTI) and prints, per call, the device span (first kernel's start to last
 kernel's end), the kernels' busy time and each kernel's mean time, beside two
 host clocks: one run alone (bench.py's --jax-clock host) and runs dispatched
-back to back. BENCHMARKS.md step 50 has what it showed: the host clock of a
+back to back. BENCHMARKS.md step 51 has what it showed: the host clock of a
 run counts the runtime's start-up of the run (about half a millisecond on the
 H200), not kernels running slower in the chain. Writes chain_trace.json
 under --out.

@@ -5,7 +5,7 @@ sees JAX's kernels as well as torch's).
 bench.py times a JAX chain by its device span, first kernel's start to the
 last one's end: the host clock around a dispatch also counts the runtime's
 fixed start-up of a run on the host (about half a millisecond on the H200,
-BENCHMARKS.md step 50), which torch's CUDA events do not.
+BENCHMARKS.md step 51), which torch's CUDA events do not.
 """
 
 from typing import Callable

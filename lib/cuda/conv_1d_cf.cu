@@ -72,9 +72,9 @@ __device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(
 // [first, first + span) of src (row pitch `pitch`), zeros outside [0, limit).
 // Warp w copies rows w, w + 4, ...; lane l vectors l, l + 32, ... of each. A
 // vector's bounds depend on its position alone, so they are worked out once
-// a tile, not once a row: with them worked out per vector (and a row and
-// column stepped along), staging was about three quarters of the filter
-// gradient's instructions (BENCHMARKS.md, step 50).
+// a tile, not once a row: worked out per vector, they made staging about 40
+// instructions a vector, three times the filter gradient's mma loop in the
+// SASS (BENCHMARKS.md, step 50).
 __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* src, int64_t pitch,
                                            int rows, int span, int64_t first, int64_t limit) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
