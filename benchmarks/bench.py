@@ -400,11 +400,15 @@ def time_jax(fn: Callable, arg_sets: list, cfg: TimingConfig, compiled=None) -> 
     print(f"WARNING: {info['warning']}", file=sys.stderr)
   if JAX_CLOCK == "span":
     n = max(cfg.min_reps, min(cfg.max_reps, int(cfg.budget_s / max(rep(), 1e-6))))
-    spans = device_span.run_spans(rep.launch, n)
+    try:
+      spans = device_span.run_spans(rep.launch, n)
+      why = "repeats put different numbers of kernels on the GPU"
+    except Exception as e:  # noqa: BLE001  (the profiler: CUPTI taken by another one)
+      spans, why = None, f"{type(e).__name__}: {e}"[:200]
     if spans is not None:
       info["method"] = "chain, device span"
       return dict(_summary([t / r for t in spans], r), **info)
-    info["span_error"] = "repeats put different numbers of kernels on the GPU: host clock instead"
+    info["span_error"] = f"{why}: host clock instead"
   return dict(_summary(_sample(rep, r, cfg), r), **info)
 
 
@@ -1239,7 +1243,7 @@ def markdown(b: Bench, meta: dict) -> str:
            f"{', --quick (shrunk shapes)' if b.args.quick else ''}. Device ms per call, median over repeats "
            f"after warm-up; a repeat runs R calls (about {b.cfg.rep_target_s * 1e3:g} ms): JAX chains them in "
            "one compiled program (optimization_barrier between calls), timed by "
-           f"{'the device span of the repeat (CUPTI timestamps)' if b.args.jax_clock == 'span' else 'the host clock'}, torch "
+           f"{'the device span of the repeat (CUPTI timestamps)' if JAX_CLOCK == 'span' else 'the host clock'}, torch "
            f"{'replays a CUDA graph of them (CUDA events)' if meta.get('torch_device') == 'cuda' else 'calls them on a host clock'}. "
            "ours/peer < 1 means jax_im2col is faster. `xla` is jit(lax...) at DEFAULT precision "
            f"{'(TF32 for f32 on this GPU)' if meta['backend'] == 'gpu' else ''}, `_hi` at HIGHEST; torch "
