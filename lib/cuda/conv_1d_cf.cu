@@ -124,14 +124,15 @@ struct RowWindow {
   int32_t taps, dilation, pad_lo, span;  // span: floats of a tile row
 };
 
-// *w from a call's sizes, or false where positions would pass 32 bits.
-bool row_window(int64_t n, int64_t groups, int64_t in_w, int64_t out_w, int64_t taps,
-                int64_t dilation, int64_t pad_lo, RowWindow* w) {
+// *w from a call's sizes (Conv1dCf or Conv1dCfFilterGradient), or false
+// where positions would pass 32 bits.
+template <typename Call>
+bool row_window(const Call& p, RowWindow* w) {
   constexpr int64_t kLimit = int64_t{1} << 30;
-  if (in_w > kLimit || out_w > kLimit || pad_lo > kLimit || pad_lo < -kLimit) return false;
-  *w = RowWindow{n, groups, in_w, out_w, static_cast<int32_t>(taps),
-                 static_cast<int32_t>(dilation), static_cast<int32_t>(pad_lo),
-                 static_cast<int32_t>(tile_span(taps, dilation))};
+  if (p.in_w > kLimit || p.out_w > kLimit || p.pad_lo > kLimit || p.pad_lo < -kLimit) return false;
+  *w = RowWindow{p.n, p.groups, p.in_w, p.out_w, static_cast<int32_t>(p.taps),
+                 static_cast<int32_t>(p.dilation), static_cast<int32_t>(p.pad_lo),
+                 static_cast<int32_t>(tile_span(p.taps, p.dilation))};
   return true;
 }
 
@@ -445,8 +446,7 @@ bool conv_1d_cf_applies(xla::ffi::DataType in, bool tf32, const Geometry& g, int
 
 cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
   ConvParams c{};
-  if (!row_window(p.n, p.groups, p.in_w, p.out_w, p.taps, p.dilation, p.pad_lo, &c))
-    return cudaErrorInvalidValue;
+  if (!row_window(p, &c)) return cudaErrorInvalidValue;
   c.image = p.image;
   c.w = p.w;
   c.out = p.out;
@@ -471,8 +471,7 @@ cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
 cudaError_t conv_1d_cf_filter_gradient(const Conv1dCfFilterGradient& p, int64_t* slices,
                                        cudaStream_t stream) {
   FilterParams f{};
-  if (!row_window(p.n, p.groups, p.in_w, p.out_w, p.taps, p.dilation, p.pad_lo, &f))
-    return cudaErrorInvalidValue;
+  if (!row_window(p, &f)) return cudaErrorInvalidValue;
   f.x = p.x;
   f.dy = p.dy;
   f.partials = p.partials;
