@@ -2,10 +2,12 @@
 --xla, XLA's) forward, input gradient and filter gradient of named shapes once
 each, warm, under torch's profiler (CUPTI records every kernel of the
 process, XLA's included), and prints each kernel's device time and the op's
-total. Writes kernel_times.json under --out.
+total. Ops "unfold" and "fold" time ours (and XLA's patches, with --xla) and
+print the op's bandwidth (input plus columns over its kernels' time). Writes
+kernel_times.json under --out.
 
   python benchmarks/kernel_times.py --out DIR --cases resnext_g32 --dtypes bf16 --layouts cf
-      [--ops fwd,dgrad,wgrad] [--xla]
+      [--ops fwd,dgrad,wgrad,unfold,fold] [--xla]
 """
 
 import argparse
@@ -25,6 +27,23 @@ def kernels_of(run):
   return [(name, end - start) for name, start, end in device_span.kernel_spans(run)]
 
 
+def column_impls(case, layout: str, dt: str, op: str):
+  """(impl, function, operand shapes, bytes moved) of unfold or fold."""
+  dtype = bench.DTYPES[dt]
+  xs = bench.x_shape(case, layout)
+  unfold = bench.ours_unfold_fn(case, layout)
+  cols = jax.eval_shape(unfold, jax.ShapeDtypeStruct(xs, dtype)).shape
+  moved = bench.nbytes(xs, dtype) + bench.nbytes(cols, dtype)
+  if op == "unfold":
+    return [("ours", unfold, [xs], moved), ("xla", bench.xla_patches_fn(case, layout), [xs], moved)]
+  fold = bench.J.fold if layout == "cf" else bench.J.fold_channels_last
+  ours = lambda c: fold(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
+  patches = bench.xla_patches_fn(case, layout)
+  xla = lambda x, g: jax.vjp(patches, x)[1](g)[0]
+  g_shape = jax.eval_shape(patches, jax.ShapeDtypeStruct(xs, dtype)).shape
+  return [("ours", ours, [cols], moved), ("xla", xla, [xs, g_shape], moved)]
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
@@ -38,13 +57,18 @@ def main():
     impls = bench.conv_impls(case, layout, dt)[:2 if args.xla else 1]
     xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
     for op in args.ops.split(","):
-      operands = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])[0]
-      for impl, fn in impls:
-        f = jax.jit(bench.conv_op(fn, op))
+      if op in ("unfold", "fold"):
+        runs = [(impl, jax.jit(fn), data.sets(shapes, bench.DTYPES[dt])[0], moved)
+                for impl, fn, shapes, moved in column_impls(case, layout, dt, op)]
+      else:
+        operands = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])[0]
+        runs = [(impl, jax.jit(bench.conv_op(fn, op)), operands, None) for impl, fn in impls]
+      for impl, f, operands, moved in runs[:len(impls)]:
         jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
         kernels = kernels_of(lambda: jax.block_until_ready(f(*operands)))
         total = sum(us for _, us in kernels)
-        print(f"=== {name} {dt} {layout} {op} {impl}: {total:.1f} us", flush=True)
+        rate = f", {moved / total / 1e3:.0f} GB/s" if moved and total else ""
+        print(f"=== {name} {dt} {layout} {op} {impl}: {total:.1f} us{rate}", flush=True)
         for kname, us in kernels:
           print(f"  {us:8.1f} us  {kname[:120]}")
         rows.append(dict(shape=name, dtype=dt, layout=layout, op=op, impl=impl,

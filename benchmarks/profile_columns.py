@@ -1,7 +1,7 @@
 """Runs unfold / fold of a few suite shapes once each, for profiling under ncu
 (benchmarks/ncu_profile.sh columns): the typical 3x3 conv (both layouts, and
 bfloat16 channels-first), the strided 3x3, the 7x7-pixel 3x3 with 512
-channels (one wave of blocks), and the 3-channel 7x7/s2 stem."""
+channels (one wave of blocks; the last two in both float types), and the 3-channel 7x7/s2 stem."""
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,8 @@ run((32, 64, 56, 56), 3, 1, 1, False)
 run((32, 56, 56, 64), 3, 1, 1, True)
 run((32, 64, 56, 56), 3, 1, 1, False, jnp.bfloat16)
 run((32, 128, 56, 56), 3, 2, 1, False)
+run((32, 128, 56, 56), 3, 2, 1, False, jnp.bfloat16)
 run((32, 512, 7, 7), 3, 1, 1, False)
+run((32, 512, 7, 7), 3, 1, 1, False, jnp.bfloat16)
 run((32, 224, 224, 3), 7, 2, 3, True)
 run((32, 3, 224, 224), 7, 2, 3, False)
