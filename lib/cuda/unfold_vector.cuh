@@ -1,6 +1,6 @@
 // Channels-first unfold on vectors (columns.cu chooses it): a thread writes
-// V consecutive output positions of one output line (16 bytes, else 8 or 4)
-// as one vector store, where the lines of positions and the columns' rows
+// V consecutive output positions of one output line (16 bytes, else 8 or 4,
+// else single elements) as one store, where the lines of positions and the columns' rows
 // are whole vectors. The block's input is staged in shared memory as in the
 // tiled kernel (tile.cuh), with each tile line split into the phases of the
 // stride along the last dimension (column w at phase w % s, index w / s), so
@@ -23,7 +23,7 @@ namespace im2col::cuda {
 // pointer aligned to V elements, checked by the launcher).
 inline bool unfold_cf_vector_applies(const Geometry& g, const ColumnsLayout& lay, int64_t V) {
   const int64_t out_last = g.out[g.nd - 1];
-  return V > 1 && !g.any_lhs_dilation && (g.nd == 1 || out_last % V == 0) && lay.l0 % V == 0 &&
+  return V >= 1 && !g.any_lhs_dilation && (g.nd == 1 || out_last % V == 0) && lay.l0 % V == 0 &&
          lay.lc % V == 0 && lay.row_stride % V == 0 && lay.image_stride % V == 0;
 }
 
@@ -36,10 +36,12 @@ inline int64_t split_phase(const Geometry& g, int64_t positions, int64_t V) {
   return (positions + reach + V - 1) / V * V + V;
 }
 
+constexpr int64_t kVectorGridBlocks = 2048;
+
 // plan_tile for split lines (the table holds the K tap offsets). In 1-D the
 // band runs along the last dimension, so bands are whole vectors.
-inline bool plan_unfold_vector_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, size_t elem_bytes,
-                                    int64_t V, TilePlan* t) {
+inline bool plan_unfold_vector_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
+                                    size_t elem_bytes, int64_t V, TilePlan* t) {
   if (!tile_extents(g, lay, t)) return false;
   const int last = g.nd - 1;
   const int64_t s = g.stride[last], K = g.kernel_size, rows = tile_rows_total(*t, lay);
@@ -54,6 +56,11 @@ inline bool plan_unfold_vector_tile(const Geometry& g, const ColumnsLayout& lay,
     return table_bytes(K) + round16(static_cast<size_t>(ch * plane(band_)) * elem_bytes);
   };
   while (bytes(band, channels) > kTileSmemPreferred && channels > 1) channels = (channels + 1) / 2;
+  // Small planes: fewer channels a block until the grid fills the GPU a few
+  // times over (ncu: 416 blocks of 41 channels of 7 x 7 left the SMs a third
+  // occupied, each warp a long serial run of taps).
+  auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
+  while (channels > 1 && grid(channels) < kVectorGridBlocks) channels = (channels + 1) / 2;
   while (bytes(band, channels) > kTileSmemPreferred && band > 1 && whole((band + 1) / 2) < band)
     band = whole((band + 1) / 2);
   if (bytes(band, channels) > kTileSmemMax || plane(band) >= (int64_t{1} << 30)) return false;
@@ -124,45 +131,43 @@ __device__ __forceinline__ void with_shift(int32_t shift, Fn&& fn) {
   }
 }
 
-// Vectors of positions a thread holds per pass over its channels and taps.
+// Items (channel, vector of positions) a thread holds per pass over the taps.
 constexpr int kVectorsPerThread = 4;
 
-// As write_band (columns.cu): consecutive threads take consecutive vectors of
-// the band (LANES of them: the block, or a warp whose block splits the
-// channels among its warps); a thread writes each of its vectors for every
-// tap of each of its channels.
-template <int LANES, int ND, typename U, int V>
+// The block's channels times its vectors of positions, flat, consecutive
+// threads on consecutive vectors of one channel (coalesced stores); a thread
+// writes each of its items for every tap. Blocks of one channel (large
+// planes) and of many (small ones) keep every warp busy alike.
+template <int ND, typename U, int V>
 __device__ __forceinline__ void write_vectors(const U* tile, const int32_t* taps, U* image, const Geometry& g,
                                               const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b) {
   using P = Pack<U, V>;
-  constexpr int32_t groups = kThreads / LANES;
-  const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
   const int32_t K = static_cast<int32_t>(g.kernel_size), vectors = (b.p_end - b.p_begin) / V;
-  for (int32_t u0 = first; u0 < vectors; u0 += LANES * kVectorsPerThread) {
-    int32_t pos[kVectorsPerThread];  // -1: none
+  const int32_t items = b.channels * vectors;
+  for (int32_t i0 = threadIdx.x; i0 < items; i0 += kThreads * kVectorsPerThread) {
+    const U* src[kVectorsPerThread];
+    U* dst[kVectorsPerThread];
 #pragma unroll
     for (int j = 0; j < kVectorsPerThread; ++j) {
-      const int32_t u = u0 + j * LANES;
-      pos[j] = u < vectors ? split_position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + u * V, b.row0)
-                           : -1;
+      const int32_t i = i0 + j * kThreads < items ? i0 + j * kThreads : i0;  // a repeat of item i0: no-op
+      const int32_t ci = i / vectors, u = i - ci * vectors;
+      src[j] = tile + ci * t.plane +
+               split_position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + u * V, b.row0);
+      dst[j] = image + ci * g.kernel_size * lay.row_stride + b.p_begin + u * V;
     }
-    for (int32_t ci = group; ci < b.channels; ci += groups) {
-      const U* src = tile + ci * t.plane;
-      U* dst = image + ci * g.kernel_size * lay.row_stride + b.p_begin + u0 * V;
-      for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
-        const int32_t tap = taps[kk], shift = tap & (V - 1);
-        const U* at = src + (tap - shift);
-        with_shift<V>(shift, [&](auto s) {
-          constexpr int S = decltype(s)::value;
+    for (int32_t kk = 0; kk < K; ++kk) {
+      const int32_t tap = taps[kk], shift = tap & (V - 1);
+      const int64_t row = static_cast<int64_t>(kk) * lay.row_stride;
+      with_shift<V>(shift, [&](auto s) {
+        constexpr int S = decltype(s)::value;
 #pragma unroll
-          for (int j = 0; j < kVectorsPerThread; ++j) {
-            if (pos[j] < 0) continue;
-            const P a = *reinterpret_cast<const P*>(at + pos[j]);
-            const P next = S == 0 ? a : *reinterpret_cast<const P*>(at + pos[j] + V);
-            *reinterpret_cast<P*>(dst + j * LANES * V) = shifted<S>(a, next);
-          }
-        });
-      }
+        for (int j = 0; j < kVectorsPerThread; ++j) {
+          const U* at = src[j] + (tap - shift);
+          const P a = *reinterpret_cast<const P*>(at);
+          const P next = S == 0 ? a : *reinterpret_cast<const P*>(at + V);
+          *reinterpret_cast<P*>(dst[j] + row) = shifted<S>(a, next);
+        }
+      });
     }
   }
 }
@@ -185,11 +190,7 @@ unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
   });
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
-  if ((b.p_end - b.p_begin) / V >= kThreads) {
-    write_vectors<kThreads, ND, U, V>(tile, taps, image, g, t, lay, b);
-  } else {
-    write_vectors<32, ND, U, V>(tile, taps, image, g, t, lay, b);
-  }
+  write_vectors<ND, U, V>(tile, taps, image, g, t, lay, b);
 }
 
 }  // namespace im2col::cuda
