@@ -147,9 +147,11 @@ __device__ __forceinline__ void write_vectors(const U* tile, const int32_t* taps
   for (int32_t i0 = threadIdx.x; i0 < items; i0 += kThreads * kVectorsPerThread) {
     const U* src[kVectorsPerThread];
     U* dst[kVectorsPerThread];
+    bool valid[kVectorsPerThread];
 #pragma unroll
     for (int j = 0; j < kVectorsPerThread; ++j) {
-      const int32_t i = i0 + j * kThreads < items ? i0 + j * kThreads : i0;  // a repeat of item i0: no-op
+      valid[j] = i0 + j * kThreads < items;
+      const int32_t i = valid[j] ? i0 + j * kThreads : i0;
       const int32_t ci = i / vectors, u = i - ci * vectors;
       src[j] = tile + ci * t.plane +
                split_position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + u * V, b.row0);
@@ -162,6 +164,7 @@ __device__ __forceinline__ void write_vectors(const U* tile, const int32_t* taps
         constexpr int S = decltype(s)::value;
 #pragma unroll
         for (int j = 0; j < kVectorsPerThread; ++j) {
+          if (!valid[j]) continue;
           const U* at = src[j] + (tap - shift);
           const P a = *reinterpret_cast<const P*>(at);
           const P next = S == 0 ? a : *reinterpret_cast<const P*>(at + V);
