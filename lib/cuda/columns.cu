@@ -1,7 +1,6 @@
 // CUDA unfold (im2col) and fold (col2im as a gather) kernels.
 //
-// unfold: channels-first on vectors where the lines allow (unfold_vector.cuh),
-// else the tiled kernels below (input staged in shared memory, tile.cuh)
+// unfold: the tiled kernels below (input staged in shared memory, tile.cuh)
 // where the tile fits and pays; otherwise, and for wide channels-last rows,
 // kernels in which a thread handles a run of V elements contiguous in the
 // array it writes (16 bytes when the layout allows), so that the index math
@@ -18,10 +17,9 @@
 #include <cstdint>
 
 #include "columns.h"
-#include "device_util.cuh"
 #include "fold_vector.cuh"
+#include "device_util.cuh"
 #include "tile.cuh"
-#include "unfold_vector.cuh"
 
 namespace im2col::cuda {
 namespace {
@@ -385,27 +383,6 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
-  // Channels-first on vectors of W elements (unfold_vector.cuh): 16 bytes,
-  // else 8 or 4 where the lines allow, else single elements.
-  auto unfold_vectors = [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    if constexpr (W < 1) {
-      return false;
-    } else {
-      TilePlan vt;
-      if (channels_last || !unfold_cf_vector_applies(g, lay, W) || !aligned_to(cols, sizeof(U) * W) ||
-          !plan_unfold_vector_tile(g, lay, C, nc, sizeof(U), W, &vt) || tile_blocks(vt, nc) >= (int64_t{1} << 31))
-        return false;
-      unfold_cf_vector_kernel<ND, U, W><<<static_cast<unsigned>(tile_blocks(vt, nc)), kThreads, vt.smem, stream>>>(
-          x, cols, g, C, n0, lay, vt);
-      return true;
-    }
-  };
-  if (unfold_vectors(std::integral_constant<int, V>{}) ||
-      (V / 2 > 1 && unfold_vectors(std::integral_constant<int, V / 2>{})) ||
-      (V / 4 > 1 && unfold_vectors(std::integral_constant<int, V / 4>{})) ||
-      unfold_vectors(std::integral_constant<int, 1>{}))
-    return cudaGetLastError();
   if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));

@@ -31,10 +31,6 @@ struct TilePlan {
   int32_t channels_total = 0;  // C
   int32_t table = 0;       // int32 entries before the tile
   size_t smem = 0;         // bytes: table, then tile
-  // Split lines (unfold_vector.cuh): a tile line holds the stride's phases of
-  // the last dimension one after another, `phase` elements each; 0: lines
-  // hold the columns in order.
-  int32_t phase = 0;
   // Divisors of the per-element index math.
   FastDiv out[kMaxSpatial];     // g.out
   FastDiv extent_div[kMaxSpatial];
@@ -42,7 +38,6 @@ struct TilePlan {
   FastDiv lines;                // tile lines per channel
   FastDiv channels_div;         // C (channels-last)
   FastDiv bands_div, channel_blocks_div;  // the block index's parts (tile_block)
-  FastDiv phases;               // the stride along the last dimension (split lines)
 };
 
 constexpr size_t kTileSmemPreferred = 24 * 1024;
@@ -287,31 +282,19 @@ __device__ __forceinline__ TileBlock tile_block(const TilePlan& t, int64_t C,
 // Fills the tile of block b with its channels [0, b.channels) of one image:
 // channel c of x_chunk at c * channel_stride, spatial offset q at
 // q * spatial_stride (channels-first: in_size and 1; channels-last: 1 and
-// C), one plane of t.plane elements each; element e of the tile in order
-// stored at target(e).
-template <int ND, int FILL = kFill, typename U, typename Target>
-__device__ __forceinline__ void fill_channels_to(U* tile, const U* x_chunk, int64_t channel_stride,
-                                                 int64_t spatial_stride, const Geometry& g, const TilePlan& t,
-                                                 const TileBlock& b, Target&& target) {
-  fill_tile_to<FILL>(
-      tile, b.channels * t.plane,
-      [&](int32_t e) -> const U* {
-        int32_t cl, w, ci, line;
-        t.width.divmod(e, cl, w);
-        t.lines.divmod(cl, ci, line);
-        const int32_t base = line_source<ND>(g, t, line, b.row0);
-        const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
-        return q >= 0 ? x_chunk + ci * channel_stride + static_cast<int64_t>(base + q) * spatial_stride : nullptr;
-      },
-      target);
-}
-
+// C), one plane of t.plane elements each.
 template <int ND, int FILL = kFill, typename U>
 __device__ __forceinline__ void fill_channels(U* tile, const U* x_chunk, int64_t channel_stride,
                                               int64_t spatial_stride, const Geometry& g, const TilePlan& t,
                                               const TileBlock& b) {
-  fill_channels_to<ND, FILL>(tile, x_chunk, channel_stride, spatial_stride, g, t, b,
-                             [](int32_t e) { return e; });
+  fill_tile<FILL>(tile, b.channels * t.plane, [&](int32_t e) -> const U* {
+    int32_t cl, w, ci, line;
+    t.width.divmod(e, cl, w);
+    t.lines.divmod(cl, ci, line);
+    const int32_t base = line_source<ND>(g, t, line, b.row0);
+    const int32_t q = base < 0 ? -1 : column_source<ND>(g, w, b.row0);
+    return q >= 0 ? x_chunk + ci * channel_stride + static_cast<int64_t>(base + q) * spatial_stride : nullptr;
+  });
 }
 
 // fill_channels for an image whose channels lie side by side (channels-last,
