@@ -13,7 +13,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 #include <cstdint>
 
@@ -142,7 +141,7 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
 
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
 // the 5 blocks that 48 registers allow. Launched with kThreads threads.
-template <int ND, typename U, int FILL>
+template <int ND, typename U>
 __global__ void __launch_bounds__(kThreads, 6)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -153,7 +152,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  fill_channels_first<ND, FILL>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, g, t, b);
+  fill_channels_first<ND>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, g, t, b);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
   if (b.p_end - b.p_begin >= kThreads) {
@@ -388,10 +387,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {
-      static const int fill = [] { const char* v = std::getenv("JAX_IM2COL_UNFOLD_FILL"); return v ? std::atoi(v) : 16; }();
-      if (fill == 4) unfold_cf_tiled_kernel<ND, U, 4><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      else if (fill == 8) unfold_cf_tiled_kernel<ND, U, 8><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      else unfold_cf_tiled_kernel<ND, U, 16><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
       unfold_cl_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     }
