@@ -324,6 +324,39 @@ __device__ __forceinline__ void fill_channels_interleaved(U* tile, const U* x_ch
       });
 }
 
+// fill_channels_first with a warp per tile line (kFillLines lines at a time):
+// the line's source, found once per line, and the column's, once per
+// kFillLines lines, leave a load, a select and a store per element. ncu had
+// the tiled unfold issue-bound (3.3 warp instructions a cycle) with most of
+// its instructions in the per-element index math of fill_tile.
+constexpr int kFillLines = 4;
+
+template <int ND, typename U>
+__device__ __forceinline__ void fill_channels_first_by_lines(U* tile, const U* x_image, const Geometry& g,
+                                                             const TilePlan& t, const TileBlock& b) {
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int32_t width = static_cast<int32_t>(t.width.d), total = b.channels * static_cast<int32_t>(t.lines.d);
+  for (int32_t first = warp * kFillLines; first < total; first += warps * kFillLines) {
+    const U* src[kFillLines];  // the input line's element 0; nullptr: padding, a hole, or past the tile
+#pragma unroll
+    for (int i = 0; i < kFillLines; ++i) {
+      int32_t ci = 0, line = 0;
+      if (first + i < total) t.lines.divmod(first + i, ci, line);
+      const int32_t base = first + i < total ? line_source<ND>(g, t, line, b.row0) : -1;
+      src[i] = base >= 0 ? x_image + ci * g.in_size + base : nullptr;
+    }
+    for (int32_t w = lane; w < width; w += 32) {
+      const int32_t q = column_source<ND>(g, w, b.row0);
+      U v[kFillLines];
+#pragma unroll
+      for (int i = 0; i < kFillLines; ++i) v[i] = src[i] != nullptr && q >= 0 ? __ldg(src[i] + q) : U(0);
+#pragma unroll
+      for (int i = 0; i < kFillLines; ++i)
+        if (first + i < total) tile[(first + i) * width + w] = v[i];
+    }
+  }
+}
+
 // The channels-first tile of block b: its channels of image x_image (the
 // block's first channel at x_image).
 template <int ND, int FILL = kFill, typename U>
