@@ -152,7 +152,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  fill_channels_first_by_lines<ND>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, g, t, b);
+  fill_tile_by_lines<ND>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, b.channels, b.row0, g, t);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
   if (b.p_end - b.p_begin >= kThreads) {

@@ -37,7 +37,6 @@ constexpr int32_t kRowsMaxThreads = 512;
 // SM, moved about 1 TB/s).
 constexpr int32_t kRowsBlockItems = 128;
 constexpr int kRowsBlocksPerSM = 2;  // with kRowsMaxThreads: at most 64 registers
-constexpr int kFillLines = 4;
 
 struct RowsPlan {
   TilePlan tile;             // band along dimension 0, channels per block
@@ -111,84 +110,6 @@ inline bool plan_depthwise_rows(const Geometry& g, int64_t C, size_t elem_bytes,
   return true;
 }
 
-// Where tile line l (of one channel) reads, for geometries without lhs
-// dilation: the input offset of its element 0, or -1 where the line lies in
-// the padding; its element e reads input column e - pad (int32 arithmetic,
-// set up once per thread: line_source() and column_source() in tile.cuh
-// handle holes too, at several times the instructions per element).
-template <int ND>
-struct PlainLines {
-  int32_t first_row, pad, in_last, in_row, in_mid;
-  FastDiv mid;  // 3-D: tile lines per depth row
-  __device__ __forceinline__ PlainLines(const Geometry& g, const TilePlan& t, int32_t row0) {
-    first_row = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
-    pad = static_cast<int32_t>(g.pad_lo[ND - 1]);
-    in_last = static_cast<int32_t>(g.in[ND - 1]);
-    in_row = static_cast<int32_t>(g.in[0]);
-    in_mid = static_cast<int32_t>(g.in[ND == 3 ? 1 : 0]);
-    mid = t.extent_div[ND == 3 ? 1 : 0];
-  }
-  __device__ __forceinline__ int32_t base(int32_t l, int32_t pad_mid) const {
-    int32_t r = l, flat = 0;
-    if (ND == 3) {
-      int32_t m;
-      mid.divmod(l, r, m);
-      m -= pad_mid;
-      if (static_cast<uint32_t>(m) >= static_cast<uint32_t>(in_mid)) return -1;
-      flat = m * in_last;
-    }
-    r += first_row;
-    if (static_cast<uint32_t>(r) >= static_cast<uint32_t>(in_row)) return -1;
-    return r * (ND == 3 ? in_mid * in_last : in_last) + flat;
-  }
-  __device__ __forceinline__ int32_t column(int32_t e) const {
-    const int32_t q = e - pad;
-    return static_cast<uint32_t>(q) < static_cast<uint32_t>(in_last) ? q : -1;
-  }
-};
-
-// Fills `channels` channel planes of the tile with the input under the band
-// starting at output row `row0`, x_block pointing at the first channel's
-// image. One warp per tile line (its source is the same for the warp),
-// kFillLines lines at a time, their loads issued before any store: the block
-// has nothing else to do until the tile is full.
-template <int ND, typename T>
-__device__ __forceinline__ void depthwise_rows_fill_tile(T* tile, const T* x_block, int32_t channels,
-                                                         int32_t row0, const Geometry& g, const TilePlan& t) {
-  const int32_t width = static_cast<int32_t>(t.width.d), lines = channels * static_cast<int32_t>(t.lines.d);
-  const int32_t warps = static_cast<int32_t>(blockDim.x / 32), lane = threadIdx.x % 32;
-  const bool plain = !g.any_lhs_dilation;
-  const PlainLines<ND> map(g, t, row0);
-  const int32_t pad_mid = ND == 3 ? static_cast<int32_t>(g.pad_lo[1]) : 0;
-  for (int32_t line0 = threadIdx.x / 32 * kFillLines; line0 < lines; line0 += warps * kFillLines) {
-    for (int32_t e0 = lane; e0 < width; e0 += 64) {
-      T v[kFillLines][2];
-#pragma unroll
-      for (int u = 0; u < kFillLines; ++u) {
-        const int32_t line = line0 + u;
-        int32_t ci = 0, l = 0;
-        if (line < lines) t.lines.divmod(line, ci, l);
-        const int32_t base = line >= lines ? -1 : plain ? map.base(l, pad_mid) : line_source<ND>(g, t, l, row0);
-        const T* src = x_block + static_cast<int64_t>(ci) * g.in_size + base;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int32_t e = e0 + 32 * j;
-          const int32_t q = base < 0 || e >= width ? -1 : plain ? map.column(e) : column_source<ND>(g, e, row0);
-          v[u][j] = q >= 0 ? __ldg(src + q) : T(0);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kFillLines; ++u) {
-        const int32_t line = line0 + u;
-        if (line >= lines) break;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (e0 + 32 * j < width) tile[line * width + e0 + 32 * j] = v[u][j];
-      }
-    }
-  }
-}
-
 // The image, channels and band of this block.
 __device__ __forceinline__ TileBlock rows_block(const Geometry& g, const RowsPlan& p) {
   ColumnsLayout lay;
@@ -210,7 +131,7 @@ __device__ __forceinline__ void depthwise_rows_fill(unsigned char* smem, const T
     const int32_t ci = i / K, j = i - ci * K;
     weights[i] = static_cast<A>(to_acc(__ldg(w + static_cast<int64_t>(b.c0 + ci) * K + (flip ? K - 1 - j : j))));
   }
-  depthwise_rows_fill_tile<ND>(reinterpret_cast<T*>(smem), x + (b.n * t.channels_total + b.c0) * g.in_size,
+  fill_tile_by_lines<ND>(reinterpret_cast<T*>(smem), x + (b.n * t.channels_total + b.c0) * g.in_size,
                                b.channels, b.row0, g, t);
 }
 
@@ -413,7 +334,7 @@ depthwise_filter_rows_kernel(const T* __restrict__ dy, const T* __restrict__ x,
     for (int kw = 0; kw < KH; ++kw) acc[kh][kw] = A(0);
   for (int32_t row0 = row_begin; row0 < row_end; row0 += p.tile.band) {
     __syncthreads();  // the previous band's reads of the tile are done
-    depthwise_rows_fill_tile<2>(tile, x_plane, 1, row0, g, p.tile);
+    fill_tile_by_lines<2>(tile, x_plane, 1, row0, g, p.tile);
     __syncthreads();
     depthwise_filter_rows_band<KH>(tile, dy_plane, acc, row0, row_end, g, p);
   }

@@ -324,35 +324,85 @@ __device__ __forceinline__ void fill_channels_interleaved(U* tile, const U* x_ch
       });
 }
 
-// fill_channels_first with a warp per tile line (kFillLines lines at a time):
-// the line's source, found once per line, and the column's, once per
-// kFillLines lines, leave a load, a select and a store per element. ncu had
-// the tiled unfold issue-bound (3.3 warp instructions a cycle) with most of
-// its instructions in the per-element index math of fill_tile.
+// Where tile line l (of one channel) reads, for geometries without lhs
+// dilation: the input offset of its element 0, or -1 where the line lies in
+// the padding; its element e reads input column e - pad (in 1-D, the band's
+// single line starts at input column row0 * stride - pad). Int32 arithmetic
+// set up once per thread: line_source() and column_source() handle holes
+// too, at several times the instructions per element.
+template <int ND>
+struct PlainLines {
+  int32_t first_row, pad, in_last, in_row, in_mid;
+  FastDiv mid;  // 3-D: tile lines per depth row
+  __device__ __forceinline__ PlainLines(const Geometry& g, const TilePlan& t, int32_t row0) {
+    first_row = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+    pad = static_cast<int32_t>(g.pad_lo[ND - 1]);
+    in_last = static_cast<int32_t>(g.in[ND - 1]);
+    in_row = static_cast<int32_t>(g.in[0]);
+    in_mid = static_cast<int32_t>(g.in[ND == 3 ? 1 : 0]);
+    mid = t.extent_div[ND == 3 ? 1 : 0];
+  }
+  __device__ __forceinline__ int32_t base(int32_t l, int32_t pad_mid) const {
+    if (ND == 1) return 0;
+    int32_t r = l, flat = 0;
+    if (ND == 3) {
+      int32_t m;
+      mid.divmod(l, r, m);
+      m -= pad_mid;
+      if (static_cast<uint32_t>(m) >= static_cast<uint32_t>(in_mid)) return -1;
+      flat = m * in_last;
+    }
+    r += first_row;
+    if (static_cast<uint32_t>(r) >= static_cast<uint32_t>(in_row)) return -1;
+    return r * (ND == 3 ? in_mid * in_last : in_last) + flat;
+  }
+  __device__ __forceinline__ int32_t column(int32_t e) const {
+    const int32_t q = e + (ND == 1 ? first_row : -pad);
+    return static_cast<uint32_t>(q) < static_cast<uint32_t>(in_last) ? q : -1;
+  }
+};
+
+// Fills `channels` channel planes of a channels-first tile with the input
+// under the band starting at output row `row0`, x_block pointing at the first
+// channel's image. One warp per tile line (its source is the same for the
+// warp), kFillLines lines at a time, their loads issued before any store:
+// the block has nothing else to do until the tile is full. (ncu had the tiled
+// unfold issue-bound with fill_tile's index math per element.)
 constexpr int kFillLines = 4;
 
-template <int ND, typename U>
-__device__ __forceinline__ void fill_channels_first_by_lines(U* tile, const U* x_image, const Geometry& g,
-                                                             const TilePlan& t, const TileBlock& b) {
-  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int32_t width = static_cast<int32_t>(t.width.d), total = b.channels * static_cast<int32_t>(t.lines.d);
-  for (int32_t first = warp * kFillLines; first < total; first += warps * kFillLines) {
-    const U* src[kFillLines];  // the input line's element 0; nullptr: padding, a hole, or past the tile
+template <int ND, typename T>
+__device__ __forceinline__ void fill_tile_by_lines(T* tile, const T* x_block, int32_t channels,
+                                                         int32_t row0, const Geometry& g, const TilePlan& t) {
+  const int32_t width = static_cast<int32_t>(t.width.d), lines = channels * static_cast<int32_t>(t.lines.d);
+  const int32_t warps = static_cast<int32_t>(blockDim.x / 32), lane = threadIdx.x % 32;
+  const bool plain = !g.any_lhs_dilation;
+  const PlainLines<ND> map(g, t, row0);
+  const int32_t pad_mid = ND == 3 ? static_cast<int32_t>(g.pad_lo[1]) : 0;
+  for (int32_t line0 = threadIdx.x / 32 * kFillLines; line0 < lines; line0 += warps * kFillLines) {
+    for (int32_t e0 = lane; e0 < width; e0 += 64) {
+      T v[kFillLines][2];
 #pragma unroll
-    for (int i = 0; i < kFillLines; ++i) {
-      int32_t ci = 0, line = 0;
-      if (first + i < total) t.lines.divmod(first + i, ci, line);
-      const int32_t base = first + i < total ? line_source<ND>(g, t, line, b.row0) : -1;
-      src[i] = base >= 0 ? x_image + ci * g.in_size + base : nullptr;
-    }
-    for (int32_t w = lane; w < width; w += 32) {
-      const int32_t q = column_source<ND>(g, w, b.row0);
-      U v[kFillLines];
+      for (int u = 0; u < kFillLines; ++u) {
+        const int32_t line = line0 + u;
+        int32_t ci = 0, l = 0;
+        if (line < lines) t.lines.divmod(line, ci, l);
+        const int32_t base = line >= lines ? -1 : plain ? map.base(l, pad_mid) : line_source<ND>(g, t, l, row0);
+        const T* src = x_block + static_cast<int64_t>(ci) * g.in_size + base;
 #pragma unroll
-      for (int i = 0; i < kFillLines; ++i) v[i] = src[i] != nullptr && q >= 0 ? __ldg(src[i] + q) : U(0);
+        for (int j = 0; j < 2; ++j) {
+          const int32_t e = e0 + 32 * j;
+          const int32_t q = base < 0 || e >= width ? -1 : plain ? map.column(e) : column_source<ND>(g, e, row0);
+          v[u][j] = q >= 0 ? __ldg(src + q) : T(0);
+        }
+      }
 #pragma unroll
-      for (int i = 0; i < kFillLines; ++i)
-        if (first + i < total) tile[(first + i) * width + w] = v[i];
+      for (int u = 0; u < kFillLines; ++u) {
+        const int32_t line = line0 + u;
+        if (line >= lines) break;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (e0 + 32 * j < width) tile[line * width + e0 + 32 * j] = v[u][j];
+      }
     }
   }
 }
