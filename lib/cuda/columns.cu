@@ -152,7 +152,14 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  fill_tile_by_lines<ND>(tile, x + ((n0 + b.n) * C + b.c0) * g.in_size, b.channels, b.row0, g, t);
+  // A warp per line where lines are whole warps wide (in 1-D a block has one
+  // line a channel, too few for its warps; lines of 7-16 leave lanes idle).
+  const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
+  if (ND > 1 && t.width.d >= 32) {
+    fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
+  } else {
+    fill_channels_first<ND>(tile, x_block, g, t, b);
+  }
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
   if (b.p_end - b.p_begin >= kThreads) {
