@@ -362,12 +362,18 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
   return t;
 }
 
-// With unit stride and no lhs dilation along d: the output position whose
-// tap k reads input coordinate q (taps_reading's runs, one tap at a time);
-// outside [0, out[d]) where none does.
+// With no lhs dilation along d, tap k reads the input coordinates q with
+// q + pad_lo - k * dilation a multiple of the stride s, at output position
+// (q + pad_lo - k * dilation) / s. For q0 a multiple of s: the one of
+// q0 .. q0 + s - 1 that tap k reads is q0 + *phase, and this is its output
+// position (outside [0, out[d]) where none reads it); the later ones of its
+// phase, q0 + *phase + s * v, are read at that position + v.
 template <typename I>
-IM2COL_HD I unit_stride_position(const Geometry& g, int d, I q, I k) {
-  return q + static_cast<I>(g.pad_lo[d]) - k * static_cast<I>(g.rhs_dilation[d]);
+IM2COL_HD I strided_position(const Geometry& g, int d, I q0, I k, I* phase) {
+  const I s = static_cast<I>(g.stride[d]);
+  const I reach = static_cast<I>(g.pad_lo[d]) - k * static_cast<I>(g.rhs_dilation[d]);
+  *phase = ((-reach) % s + s) % s;
+  return (q0 + *phase + reach) / s;
 }
 
 namespace detail {

@@ -353,12 +353,15 @@ LARGE_CASES = [
                            padding=((1, 1), (2, 2), (1, 0)), n=1), id="3d"),
     pytest.param(Case.make((61, 45), (3, 3), padding=((1, 1), (1, 1)), n=1, c=16),
                  id="2d-16-channels"),
-    # The channels-first vector unfold's split lines: stride 2 along lines of
-    # 32 positions, and stride 3 with a dilated tap reaching past a phase.
+    # Strided lines: stride 2 along lines of 32 positions (the vector fold at
+    # stride 2), and stride 3 with a dilated tap.
     pytest.param(Case.make((20, 64), (7, 7), stride=(2, 2), padding=((3, 3), (3, 3))),
                  id="2d-stem-whole-vectors"),
     pytest.param(Case.make((11, 47), (2, 3), stride=(1, 3), dilation=(1, 2), padding=((0, 1), (2, 1)), c=3),
                  id="2d-split-lines"),
+    # The vector fold at stride 2 along lines (16 positions from 32 columns).
+    pytest.param(Case.make((16, 32), (3, 3), stride=(2, 2), padding=((1, 1), (1, 0)), c=4),
+                 id="2d-strided-vector-fold"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 

@@ -8,7 +8,7 @@
 // taps that read each element (taps_reading / for_each_tap_run), V elements
 // per thread: consecutive channels (channels-last) or consecutive elements of
 // a line stepped through their taps together (channels-first; on aligned
-// vectors of the columns where lines allow, fold_vector.cuh).
+// vectors of the columns where lines allow, stride 1 or 2, fold_vector.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -450,8 +450,13 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     if (!fold_cf_vector_applies(g, lay, W) || !aligned_to(cols, sizeof(TC) * W) ||
         !aligned_to(x, sizeof(TX) * W))
       return false;
-    fold_cf_vector_kernel<ND, TC, TX, W><<<blocks_for(lines * (width / W)), kThreads, 0, stream>>>(
-        cols, x, g, C, n0, lay, lines, accumulate);
+    if (g.stride[ND - 1] == 2) {
+      fold_cf_vector_kernel<ND, TC, TX, W, 2><<<blocks_for(lines * (width / (2 * W))), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, lines, accumulate);
+    } else {
+      fold_cf_vector_kernel<ND, TC, TX, W, 1><<<blocks_for(lines * (width / W)), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, lines, accumulate);
+    }
     return true;
   };
   // 16-byte vectors, else 8-byte ones (lines of 28 bfloat16 positions, say).

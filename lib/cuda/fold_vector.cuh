@@ -1,12 +1,13 @@
-// Channels-first fold on vectors (columns.cu chooses it): unit stride along
-// the last spatial dimension and lines of output positions and of the input
-// that are whole vectors of V elements (16 bytes, or 8 where 16 do not divide
-// the lines). A thread sums V consecutive elements of one input line; for
-// each kernel tap along the last dimension, the V column entries they read
-// are V consecutive elements of one line of the columns, shifted by the same
-// amount (mod V) for every thread, so they come from two aligned vector loads
-// and a shift known per tap. Each element still sums its taps in increasing
-// order (deterministic, no atomics).
+// Channels-first fold on vectors (columns.cu chooses it): stride S (1 or 2)
+// along the last spatial dimension, lines of output positions that are whole
+// vectors of V elements (16 bytes, or 8 where 16 do not divide the lines) and
+// input lines of whole runs of S vectors. A thread sums S * V consecutive
+// elements of one input line: along the last dimension each kernel tap reads
+// one phase of them (every S-th element, strided_position), and the V column
+// entries that phase reads are V consecutive elements of one line of the
+// columns, shifted by the same amount (mod V) for every thread, so they come
+// from two aligned vector loads and a shift known per tap. Each element
+// still sums its taps in increasing order (deterministic, no atomics).
 #pragma once
 
 #include <cstdint>
@@ -16,11 +17,13 @@
 
 namespace im2col::cuda {
 
+constexpr int64_t kFoldVectorMaxStride = 2;
+
 // Whether the kernel applies with vectors of V elements.
 inline bool fold_cf_vector_applies(const Geometry& g, const ColumnsLayout& lay, int64_t V) {
   const int nd = g.nd;
-  const int64_t out_last = g.out[nd - 1], in_last = g.in[nd - 1];
-  return !g.any_lhs_dilation && g.stride[nd - 1] == 1 && out_last % V == 0 && in_last % V == 0 &&
+  const int64_t out_last = g.out[nd - 1], in_last = g.in[nd - 1], s = g.stride[nd - 1];
+  return !g.any_lhs_dilation && s <= kFoldVectorMaxStride && out_last % V == 0 && in_last % (s * V) == 0 &&
          lay.l0 % out_last == 0 && lay.lc % out_last == 0 && lay.row_stride % V == 0 &&
          lay.image_stride % V == 0;
 }
@@ -49,13 +52,14 @@ __device__ __forceinline__ void add_shifted_by(int32_t shift, A* acc, const Pack
   }
 }
 
-template <int ND, typename TC, typename TX, int V>
+template <int ND, typename TC, typename TX, int V, int S = 1>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                       ColumnsLayout lay, int64_t lines, bool accumulate) {
   using A = typename Acc<TX>::type;
+  using Out = Pack<TX, V>;
   const int32_t width = static_cast<int32_t>(g.in[ND - 1]);
-  const int32_t runs = width / V;
+  const int32_t runs = width / (S * V);
   const int32_t out_last = static_cast<int32_t>(g.out[ND - 1]), kw = static_cast<int32_t>(g.kernel[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
@@ -65,40 +69,41 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
     divmod(t, static_cast<int64_t>(runs), line, run);
     divmod(line, lines_per_plane, plane, inner);
     divmod(plane, C, n, c);
-    const int32_t w0 = static_cast<int32_t>(run) * V;
+    const int32_t w0 = static_cast<int32_t>(run) * S * V;
     int32_t q[kMaxSpatial];
     unravel<ND - 1>(inner, g.in, q);
     q[ND - 1] = w0;
     TX* xr = x + ((n0 + n) * C + c) * g.in_size + inner * width + w0;
-    A acc[V];
-    if (accumulate) {
-      const Pack<TX, V> old = *reinterpret_cast<const Pack<TX, V>*>(xr);
+    A acc[S][V];  // element w0 + S * v + p in acc[p][v]
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = static_cast<A>(to_acc(old.v[v]));
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = A(0);
-    }
+    for (int i = 0; i < S * V; ++i)
+      acc[i % S][i / S] = accumulate ? static_cast<A>(to_acc(reinterpret_cast<const Out*>(xr)[i / V].v[i % V])) : A(0);
     const TC* image = cols + n * lay.image_stride + c * K * lay.row_stride - l0;
     for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
       const int32_t line_start = o_outer * out_last;
       if (line_start < l0 || line_start >= l0 + lc) return;  // lines are whole in the chunk
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
       for (int32_t j = 0; j < kw; ++j, row += lay.row_stride) {
-        const int32_t first = unit_stride_position<int32_t>(g, ND - 1, w0, j);  // of element 0
+        int32_t phase;
+        const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, &phase);  // of the phase's element 0
         if (first + V <= 0 || first >= out_last) continue;
         const int32_t shift = first & (V - 1), base = first - shift;
         const Pack<TC, V> a = base >= 0 ? *reinterpret_cast<const Pack<TC, V>*>(row + base) : zero;
         const Pack<TC, V> b = shift != 0 && base + V < out_last
                                   ? *reinterpret_cast<const Pack<TC, V>*>(row + base + V)
                                   : zero;
-        add_shifted_by<0>(shift, acc, a, b, first, out_last);
+#pragma unroll
+        for (int p = 0; p < S; ++p)
+          if (p == phase) add_shifted_by<0>(shift, acc[p], a, b, first, out_last);
       }
     });
-    Pack<TX, V> p;
 #pragma unroll
-    for (int v = 0; v < V; ++v) p.v[v] = store_value<TX>(acc[v]);
-    *reinterpret_cast<Pack<TX, V>*>(xr) = p;
+    for (int h = 0; h < S; ++h) {
+      Out out;
+#pragma unroll
+      for (int v = 0; v < V; ++v) out.v[v] = store_value<TX>(acc[(h * V + v) % S][(h * V + v) / S]);
+      reinterpret_cast<Out*>(xr)[h] = out;
+    }
   }
 }
 

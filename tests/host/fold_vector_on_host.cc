@@ -1,8 +1,8 @@
 // The CUDA channels-first fold on vectors (lib/cuda/fold_vector.cuh) compiled
 // as host code and run thread by thread, against a float64 scatter of the
 // columns, over random geometries: every vector width the launcher uses
-// (16- and 8-byte), each dtype family, accumulation into x and chunks of
-// whole lines. The kernel uses no shared memory and no barrier, so running
+// (16- and 8-byte), both strides along the last dimension (1 and 2), each
+// dtype family, accumulation into x and chunks of whole lines. The kernel uses no shared memory and no barrier, so running
 // its threads one after another computes what the GPU computes. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <cstdint>
@@ -33,9 +33,10 @@ void launch(unsigned blocks, Kernel&& kernel) {
   }
 }
 
-// A geometry the kernel takes with vectors of V: unit stride along the last
-// dimension, lines of output positions and of the input a multiple of V.
-Geometry random_geometry(int nd, int V) {
+// A geometry the kernel takes with vectors of V and stride S along the last
+// dimension: lines of output positions a multiple of V, of the input a
+// multiple of S * V.
+Geometry random_geometry(int nd, int V, int S) {
   Geometry g;
   g.nd = nd;
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
@@ -48,18 +49,19 @@ Geometry random_geometry(int nd, int V) {
     g.in[d] = draw(1, 7);
   }
   const int last = nd - 1;
-  g.stride[last] = 1;
-  g.in[last] = V * draw(1, 3);
+  g.stride[last] = S;
+  g.in[last] = S * V * draw(1, 3);
   const int64_t window = (g.kernel[last] - 1) * g.rhs_dilation[last] + 1;
-  pad_hi[last] = V * draw(1, 3) - (g.in[last] + g.pad_lo[last] - window + 1);
+  // (in + pad_lo + pad_hi - window) / S + 1 output positions: V * m of them.
+  pad_hi[last] = S * (V * draw(1, 3) - 1) + draw(0, S - 1) - (g.in[last] + g.pad_lo[last] - window);
   finish_geometry(g, pad_hi);
   return g;
 }
 
 // One random case; returns whether the kernel matched the reference.
-template <int ND, typename T, int V>
+template <int ND, typename T, int V, int S = 1>
 bool one_case() {
-  const Geometry g = random_geometry(ND, V);
+  const Geometry g = random_geometry(ND, V, S);
   if (g.out_size <= 0) return true;
   const int64_t C = draw(1, 4), N = draw(1, 3), n0 = draw(0, static_cast<int>(N) - 1);
   const int64_t nc = draw(1, static_cast<int>(N - n0)), K = g.kernel_size;
@@ -74,7 +76,7 @@ bool one_case() {
   lay.image_stride = C * K * lay.lc;
   const bool accumulate = draw(0, 1) == 1;
   if (!fold_cf_vector_applies(g, lay, V)) {
-    std::printf("FAIL: the geometry drawn for V=%d does not apply\n", V);
+    std::printf("FAIL: the geometry drawn for V=%d, S=%d does not apply\n", V, S);
     return false;
   }
   // Small integers: every sum is exact in each type, so the check is equality.
@@ -95,13 +97,13 @@ bool one_case() {
         }
     }
   const int64_t x_lines = nc * C * (g.in_size / g.in[ND - 1]);
-  launch(blocks_for(x_lines * (g.in[ND - 1] / V)), [&] {
-    fold_cf_vector_kernel<ND, T, T, V>(cols.data(), x.data(), g, C, n0, lay, x_lines, accumulate);
+  launch(blocks_for(x_lines * (g.in[ND - 1] / (S * V))), [&] {
+    fold_cf_vector_kernel<ND, T, T, V, S>(cols.data(), x.data(), g, C, n0, lay, x_lines, accumulate);
   });
   for (size_t i = 0; i < x.size(); ++i) {
     if (to_double(x[i]) != want[i]) {
-      std::printf("FAIL: nd %d, %zu-byte elements, V %d, element %zu: got %g, want %g\n", ND, sizeof(T), V, i,
-                  to_double(x[i]), want[i]);
+      std::printf("FAIL: nd %d, %zu-byte elements, V %d, S %d, element %zu: got %g, want %g\n", ND, sizeof(T), V,
+                  S, i, to_double(x[i]), want[i]);
       return false;
     }
   }
@@ -122,6 +124,12 @@ int main() {
     run(one_case<2, float, 4>());
     run(one_case<3, float, 2>());
     run(one_case<2, double, 2>());
+    run(one_case<1, __nv_bfloat16, 8, 2>());
+    run(one_case<2, __nv_bfloat16, 4, 2>());
+    run(one_case<3, __half, 8, 2>());
+    run(one_case<2, float, 4, 2>());
+    run(one_case<3, float, 2, 2>());
+    run(one_case<2, double, 2, 2>());
   }
   return run.report();
 }
