@@ -368,9 +368,10 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
 // q0 .. q0 + s - 1 that tap k reads is q0 + *phase, and this is its output
 // position (outside [0, out[d]) where none reads it); the later ones of its
 // phase, q0 + *phase + s * v, are read at that position + v.
+// The stride s is an argument (== g.stride[d]) so that kernels can pass it as
+// a compile-time constant: the modulo and division are then shifts.
 template <typename I>
-IM2COL_HD I strided_position(const Geometry& g, int d, I q0, I k, I* phase) {
-  const I s = static_cast<I>(g.stride[d]);
+IM2COL_HD I strided_position(const Geometry& g, int d, I q0, I k, I s, I* phase) {
   const I reach = static_cast<I>(g.pad_lo[d]) - k * static_cast<I>(g.rhs_dilation[d]);
   *phase = ((-reach) % s + s) % s;
   return (q0 + *phase + reach) / s;

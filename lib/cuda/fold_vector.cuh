@@ -76,8 +76,11 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
     TX* xr = x + ((n0 + n) * C + c) * g.in_size + inner * width + w0;
     A acc[S][V];  // element w0 + S * v + p in acc[p][v]
 #pragma unroll
-    for (int i = 0; i < S * V; ++i)
-      acc[i % S][i / S] = accumulate ? static_cast<A>(to_acc(reinterpret_cast<const Out*>(xr)[i / V].v[i % V])) : A(0);
+    for (int h = 0; h < S; ++h) {
+      const Out old = accumulate ? reinterpret_cast<const Out*>(xr)[h] : Out{};
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[(h * V + v) % S][(h * V + v) / S] = static_cast<A>(to_acc(old.v[v]));
+    }
     const TC* image = cols + n * lay.image_stride + c * K * lay.row_stride - l0;
     for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
       const int32_t line_start = o_outer * out_last;
@@ -85,7 +88,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
       for (int32_t j = 0; j < kw; ++j, row += lay.row_stride) {
         int32_t phase;
-        const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, &phase);  // of the phase's element 0
+        const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);  // of the phase's element 0
         if (first + V <= 0 || first >= out_last) continue;
         const int32_t shift = first & (V - 1), base = first - shift;
         const Pack<TC, V> a = base >= 0 ? *reinterpret_cast<const Pack<TC, V>*>(row + base) : zero;
