@@ -180,7 +180,7 @@ bool one_filter_case() {
         for (int32_t row0 = row_begin; row0 < row_end; row0 += p.tile.band) {
           for (unsigned t = 0; t < blockDim.x; ++t) {
             threadIdx.x = t;
-            depthwise_rows_fill_tile<2>(reinterpret_cast<T*>(smem.data()), xp, 1, row0, g, p.tile);
+            fill_tile_by_lines<2>(reinterpret_cast<T*>(smem.data()), xp, 1, row0, g, p.tile);
           }
           for (unsigned t = 0; t < blockDim.x; ++t) {
             threadIdx.x = t;
