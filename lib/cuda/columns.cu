@@ -103,24 +103,26 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 // Channels-first: consecutive threads take consecutive positions of the band
 // (LANES of them: the whole block, or a warp when the band has fewer
 // positions than the block has threads, the warps then splitting the
-// channels); a thread holds the offsets of up to kPositions positions and
+// channels); a thread holds the offsets of up to POSITIONS positions and
 // writes them for every tap of each of its channels, so a tap offset is read
-// once per kPositions elements. LANES is a compile-time constant so that
-// the kPositions stores of a tap share one address (immediate offsets): ncu
-// showed the kernel issue-bound at 8 instructions per element.
+// once per POSITIONS elements. LANES is a compile-time constant so that
+// the POSITIONS stores of a tap share one address (immediate offsets): ncu
+// showed the kernel issue-bound at 8 instructions per element. Bands of up
+// to two warps' width (7 x 7 maps) take 2 positions a lane, so that stores
+// past the band are not issued, predicated off, for every tap.
 constexpr int kPositions = 8;
 
-template <int LANES, int ND, typename U>
+template <int LANES, int ND, typename U, int POSITIONS = kPositions>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,  // taps: bytes
                                            const Geometry& g, const TilePlan& t,
                                            const ColumnsLayout& lay, const TileBlock& b) {
   constexpr int32_t groups = kThreads / LANES;
   const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
   const int32_t K = static_cast<int32_t>(g.kernel_size);
-  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += LANES * kPositions) {
-    int32_t pos[kPositions];  // byte offsets into a channel's tile; -1: none
+  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += LANES * POSITIONS) {
+    int32_t pos[POSITIONS];  // byte offsets into a channel's tile; -1: none
 #pragma unroll
-    for (int j = 0; j < kPositions; ++j) {
+    for (int j = 0; j < POSITIONS; ++j) {
       const int32_t e = e0 + j * LANES;
       pos[j] = e < b.p_end ? position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + e, b.row0) *
                                  static_cast<int32_t>(sizeof(U))
@@ -132,7 +134,7 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
       for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
         const unsigned char* tap = src + taps[kk];
 #pragma unroll
-        for (int j = 0; j < kPositions; ++j)
+        for (int j = 0; j < POSITIONS; ++j)
           if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const U*>(tap + pos[j]);
       }
     }
@@ -165,7 +167,11 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   if (b.p_end - b.p_begin >= kThreads) {
     write_band<kThreads, ND>(tile, taps, image, g, t, lay, b);
   } else {
-    write_band<32, ND>(tile, taps, image, g, t, lay, b);
+    if (b.p_end - b.p_begin > 64) {
+      write_band<32, ND>(tile, taps, image, g, t, lay, b);
+    } else {
+      write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
+    }
   }
 }
 
@@ -390,7 +396,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
-  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t) &&
+  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {

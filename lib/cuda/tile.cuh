@@ -118,10 +118,15 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
 // times C plus the channel, then the offset of every position of the band.
 // A kernel that needs shared memory of its own after the tile (tile_end())
 // asks for block_extra bytes per block and channel_extra per channel of the
-// block (channels-first).
+// block (channels-first). Given the chunk's images nc, a channels-first plan
+// takes fewer channels a block where the grid would be under kTileGridBlocks
+// blocks (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the
+// SMs a third occupied, each warp a long serial run of taps).
+constexpr int64_t kTileGridBlocks = 2048;
+
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
-                      size_t block_extra = 0, size_t channel_extra = 0) {
+                      size_t block_extra = 0, size_t channel_extra = 0, int64_t nc = 0) {
   if (!tile_extents(g, lay, t)) return false;
   const int64_t K = g.kernel_size, rows = tile_rows_total(*t, lay);
   int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
@@ -134,6 +139,8 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
     channels = (channels + 1) / 2;
   while (bytes(band, channels) > kTileSmemPreferred && band > 1) band = (band + 1) / 2;
+  auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
+  while (!channels_last && channels > 1 && grid(channels) < kTileGridBlocks) channels = (channels + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   return true;
