@@ -139,8 +139,12 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   while (bytes(band, channels) > kTileSmemPreferred && !channels_last && channels > 1)
     channels = (channels + 1) / 2;
   while (bytes(band, channels) > kTileSmemPreferred && band > 1) band = (band + 1) / 2;
+  // Bands under a block's width of positions split the channels among the
+  // block's warps (columns.cu): at least one channel a warp.
   auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
-  while (!channels_last && channels > 1 && grid(channels) < kTileGridBlocks) channels = (channels + 1) / 2;
+  const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
+  while (!channels_last && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
+    channels = (channels + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   return true;
