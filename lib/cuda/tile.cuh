@@ -143,7 +143,7 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   // block's warps (columns.cu): at least one channel a warp.
   auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
   const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
-  while (!channels_last && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
+  while (!channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
     channels = (channels + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
