@@ -1,6 +1,7 @@
 """CUDA kernels compiled as host code and run thread by thread (tests/host/*.cc;
 a kernel with a barrier as its phases, each for all threads of a block, one
-after the other) against float64 references:
+after the other) against float64 references, and the tiled unfold's plan
+against its coverage of the columns:
 CI has no GPU, and this checks their index math there too. Their GPU runs
 are the `gpu` variants of the other tests."""
 
@@ -30,7 +31,7 @@ def _cuda_include() -> pathlib.Path | None:
 
 
 @pytest.mark.parametrize("source", ["fold_vector_on_host.cc", "depthwise_rows_on_host.cc",
-                                    "transpose_on_host.cc"])
+                                    "transpose_on_host.cc", "tile_plan_on_host.cc"])
 def test_cuda_kernel_on_host(source, tmp_path):
   cxx, include = shutil.which("g++") or shutil.which("c++"), _cuda_include()
   if cxx is None or include is None:
