@@ -23,19 +23,12 @@ int ran = 0;  // cases with outputs, for the summary
 // A forward geometry the kernel takes: 3, 5 or 7 taps at unit stride and
 // dilation along dimension nd - 2; the other dimensions drawn freely.
 Geometry random_geometry(int nd, bool unit_stride) {
-  Geometry g;
-  g.nd = nd;
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
-  for (int d = 0; d < nd; ++d) {
-    g.kernel[d] = draw(1, 4);
-    g.rhs_dilation[d] = draw(1, 3);
-    // Windows no further apart than their extent (else the tile would stage
-    // unread input, and the plan refuses).
-    g.stride[d] = unit_stride ? 1 : std::min<int64_t>(draw(1, 3), (g.kernel[d] - 1) * g.rhs_dilation[d] + 1);
-    g.pad_lo[d] = draw(-1, 3);
-    pad_hi[d] = draw(-1, 3);
-    g.in[d] = draw(1, 12);
-  }
+  Geometry g = draw_geometry(nd, 12, pad_hi);
+  // Windows no further apart than their extent (else the tile would stage
+  // unread input, and the plan refuses).
+  for (int d = 0; d < nd; ++d)
+    g.stride[d] = unit_stride ? 1 : std::min<int64_t>(g.stride[d], (g.kernel[d] - 1) * g.rhs_dilation[d] + 1);
   const int r = nd - 2;
   g.kernel[r] = 3 + 2 * draw(0, 2);
   g.rhs_dilation[r] = 1;

@@ -37,17 +37,8 @@ void launch(unsigned blocks, Kernel&& kernel) {
 // dimension: lines of output positions a multiple of V, of the input a
 // multiple of S * V.
 Geometry random_geometry(int nd, int V, int S) {
-  Geometry g;
-  g.nd = nd;
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
-  for (int d = 0; d < nd; ++d) {
-    g.kernel[d] = draw(1, 4);
-    g.rhs_dilation[d] = draw(1, 3);
-    g.stride[d] = draw(1, 3);
-    g.pad_lo[d] = draw(-1, 3);
-    pad_hi[d] = draw(-1, 3);
-    g.in[d] = draw(1, 7);
-  }
+  Geometry g = draw_geometry(nd, 7, pad_hi);
   const int last = nd - 1;
   g.stride[last] = S;
   g.in[last] = S * V * draw(1, 3);

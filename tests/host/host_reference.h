@@ -14,6 +14,24 @@ namespace im2col {
 inline std::mt19937 rng(20261123);
 inline int draw(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
+// A geometry's window and extents drawn per dimension: kernel 1-4, dilation
+// 1-3, stride 1-3, padding -1..3 on each side (the high ones into pad_hi, for
+// finish_geometry), extents 1..in_max. Callers adjust what their kernel
+// needs, then call finish_geometry.
+inline Geometry draw_geometry(int nd, int in_max, int64_t* pad_hi) {
+  Geometry g;
+  g.nd = nd;
+  for (int d = 0; d < nd; ++d) {
+    g.kernel[d] = draw(1, 4);
+    g.rhs_dilation[d] = draw(1, 3);
+    g.stride[d] = draw(1, 3);
+    g.pad_lo[d] = draw(-1, 3);
+    pad_hi[d] = draw(-1, 3);
+    g.in[d] = draw(1, in_max);
+  }
+  return g;
+}
+
 // Flat input offset read by output position l and tap k, -1 for padding.
 inline int64_t source(const Geometry& g, int64_t l, int64_t k) {
   int64_t o[kMaxSpatial], kk[kMaxSpatial];

@@ -19,17 +19,8 @@ using namespace im2col::cuda;
 namespace {
 
 Geometry random_geometry(int nd) {
-  Geometry g;
-  g.nd = nd;
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
-  for (int d = 0; d < nd; ++d) {
-    g.kernel[d] = draw(1, 4);
-    g.rhs_dilation[d] = draw(1, 3);
-    g.stride[d] = draw(1, 3);
-    g.pad_lo[d] = draw(-1, 3);
-    pad_hi[d] = draw(-1, 3);
-    g.in[d] = draw(1, nd == 1 ? 3000 : nd == 2 ? 60 : 12);
-  }
+  Geometry g = draw_geometry(nd, nd == 1 ? 3000 : nd == 2 ? 60 : 12, pad_hi);
   finish_geometry(g, pad_hi);
   return g;
 }
