@@ -118,10 +118,11 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
 // times C plus the channel, then the offset of every position of the band.
 // A kernel that needs shared memory of its own after the tile (tile_end())
 // asks for block_extra bytes per block and channel_extra per channel of the
-// block (channels-first). Given the chunk's images nc, a channels-first plan
-// takes fewer channels a block where the grid would be under kTileGridBlocks
-// blocks (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the
-// SMs a third occupied, each warp a long serial run of taps).
+// block (channels-first). Given the chunk's images nc (the unfold does;
+// the depthwise kernels pass none), a channels-first plan takes fewer
+// channels a block where the grid would be under kTileGridBlocks blocks
+// (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the SMs a
+// third occupied, each warp a long serial run of taps).
 constexpr int64_t kTileGridBlocks = 2048;
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
@@ -143,7 +144,7 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   // block's warps (columns.cu): at least one channel a warp.
   auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
   const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
-  while (!channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
+  while (nc > 0 && !channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
     channels = (channels + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
