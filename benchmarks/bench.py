@@ -745,11 +745,32 @@ def xla_patches_fn(case: Case, layout: str):
                                                      rhs_dilation=case.dilation, dimension_numbers=dn)
 
 
+def ours_fold_fn(case: Case, layout: str):
+  f = J.fold if layout == "cf" else J.fold_channels_last
+  return lambda c: f(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
+
+
+def xla_fold_fn(case: Case, layout: str):
+  """The VJP of conv_general_dilated_patches, (x, g) -> its input's
+  cotangent (JAX has no fold); x is the primal, which a linear map's VJP
+  never reads."""
+  patches = xla_patches_fn(case, layout)
+  return lambda x, g: jax.vjp(patches, x)[1](g)[0]
+
+
+def column_shapes(case: Case, layout: str, dtype) -> tuple:
+  """(image shape, our columns' shape, XLA's patches' shape, bytes of the
+  image and the columns: what unfold and fold move)."""
+  xs = x_shape(case, layout)
+  x_struct = jax.ShapeDtypeStruct(xs, dtype)
+  cols = jax.eval_shape(ours_unfold_fn(case, layout), x_struct).shape
+  patches = jax.eval_shape(xla_patches_fn(case, layout), x_struct).shape
+  return xs, cols, patches, nbytes(xs, dtype) + nbytes(cols, dtype)
+
+
 def op_unfold(b: Bench, case: Case, dt: str, layout: str):
   dtype = DTYPES[dt]
-  xs = x_shape(case, layout)
-  cols = jax.eval_shape(ours_unfold_fn(case, layout), jax.ShapeDtypeStruct(xs, dtype))
-  moved = nbytes(xs, dtype) + nbytes(cols.shape, dtype)
+  xs, _, _, moved = column_shapes(case, layout, dtype)
   base = base_fields("unfold", case, dt, layout, bytes=moved,
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
   sets = b.data.sets([xs], dtype)
@@ -765,21 +786,15 @@ def op_unfold(b: Bench, case: Case, dt: str, layout: str):
 
 def op_fold(b: Bench, case: Case, dt: str, layout: str):
   dtype = DTYPES[dt]
-  xs = x_shape(case, layout)
-  x_struct = jax.ShapeDtypeStruct(xs, dtype)
-  cols = jax.eval_shape(ours_unfold_fn(case, layout), x_struct).shape
-  moved = nbytes(xs, dtype) + nbytes(cols, dtype)
+  xs, cols, g_shape, moved = column_shapes(case, layout, dtype)
   base = base_fields("fold", case, dt, layout, bytes=moved,
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
-  fold = J.fold if layout == "cf" else J.fold_channels_last
   sets = b.data.sets([cols], dtype)
-  b.run_jax(base, "ours", lambda c: fold(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride), sets)
+  b.run_jax(base, "ours", ours_fold_fn(case, layout), sets)
   del sets
-  patches = xla_patches_fn(case, layout)
-  g_shape = jax.eval_shape(patches, x_struct).shape
   x = b.data.normal(xs, dtype)  # the primal; the VJP of a linear map never reads it
   sets = [(x, g) for (g,) in b.data.sets([g_shape], dtype)]
-  b.run_jax(base, "xla", lambda x, g: jax.vjp(patches, x)[1](g)[0], sets)
+  b.run_jax(base, "xla", xla_fold_fn(case, layout), sets)
   del sets, x
   if case.nd == 2 and layout == "cf":
     b.run_torch(base, "torch", lambda: (lambda c: F.fold(c, case.spatial, **torch_window_kwargs(case)),

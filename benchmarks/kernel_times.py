@@ -28,20 +28,13 @@ def kernels_of(run):
 
 
 def column_impls(case, layout: str, dt: str, op: str):
-  """(impl, function, operand shapes, bytes moved) of unfold or fold."""
-  dtype = bench.DTYPES[dt]
-  xs = bench.x_shape(case, layout)
-  unfold = bench.ours_unfold_fn(case, layout)
-  cols = jax.eval_shape(unfold, jax.ShapeDtypeStruct(xs, dtype)).shape
-  moved = bench.nbytes(xs, dtype) + bench.nbytes(cols, dtype)
+  """(impl, function, operand shapes, bytes moved) of unfold or fold, ours then XLA's."""
+  xs, cols, patches, moved = bench.column_shapes(case, layout, bench.DTYPES[dt])
   if op == "unfold":
-    return [("ours", unfold, [xs], moved), ("xla", bench.xla_patches_fn(case, layout), [xs], moved)]
-  fold = bench.J.fold if layout == "cf" else bench.J.fold_channels_last
-  ours = lambda c: fold(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
-  patches = bench.xla_patches_fn(case, layout)
-  xla = lambda x, g: jax.vjp(patches, x)[1](g)[0]
-  g_shape = jax.eval_shape(patches, jax.ShapeDtypeStruct(xs, dtype)).shape
-  return [("ours", ours, [cols], moved), ("xla", xla, [xs, g_shape], moved)]
+    return [("ours", bench.ours_unfold_fn(case, layout), [xs], moved),
+            ("xla", bench.xla_patches_fn(case, layout), [xs], moved)]
+  return [("ours", bench.ours_fold_fn(case, layout), [cols], moved),
+          ("xla", bench.xla_fold_fn(case, layout), [xs, patches], moved)]
 
 
 def main():
@@ -54,16 +47,17 @@ def main():
   rows = []
   for case, dt, layout in bench.chosen_configs(parser, args):
     name = case.name
-    impls = bench.conv_impls(case, layout, dt)[:2 if args.xla else 1]
+    count = 2 if args.xla else 1  # ours, then XLA's
+    impls = bench.conv_impls(case, layout, dt)[:count]
     xs, ws, ys = bench.x_shape(case, layout), bench.w_shape(case, layout), bench.y_shape(case, layout)
     for op in args.ops.split(","):
       if op in ("unfold", "fold"):
         runs = [(impl, jax.jit(fn), data.sets(shapes, bench.DTYPES[dt])[0], moved)
-                for impl, fn, shapes, moved in column_impls(case, layout, dt, op)]
+                for impl, fn, shapes, moved in column_impls(case, layout, dt, op)[:count]]
       else:
         operands = data.sets([xs, ws] if op == "fwd" else [xs, ws, ys], bench.DTYPES[dt])[0]
         runs = [(impl, jax.jit(bench.conv_op(fn, op)), operands, None) for impl, fn in impls]
-      for impl, f, operands, moved in runs[:len(impls)]:
+      for impl, f, operands, moved in runs:
         jax.block_until_ready(f(*operands))  # compiled and autotuned outside the profile
         kernels = kernels_of(lambda: jax.block_until_ready(f(*operands)))
         total = sum(us for _, us in kernels)
