@@ -157,21 +157,21 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   // A warp per line where lines are whole warps wide (in 1-D a block has one
   // line a channel, too few for its warps; lines of 7-16 leave lanes idle).
   const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
-  if (ND > 1 && t.width.d >= 32) {
-    fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
-  } else {
-    fill_channels_first<ND>(tile, x_block, g, t, b);
+  bool by_lines = false;
+  if constexpr (ND > 1) {
+    by_lines = t.width.d >= 32;
+    if (by_lines) fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
   }
+  if (!by_lines) fill_channels_first<ND>(tile, x_block, g, t, b);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
-  if (b.p_end - b.p_begin >= kThreads) {
+  const int32_t positions = b.p_end - b.p_begin;
+  if (positions >= kThreads) {
     write_band<kThreads, ND>(tile, taps, image, g, t, lay, b);
+  } else if (positions > 64) {
+    write_band<32, ND>(tile, taps, image, g, t, lay, b);
   } else {
-    if (b.p_end - b.p_begin > 64) {
-      write_band<32, ND>(tile, taps, image, g, t, lay, b);
-    } else {
-      write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
-    }
+    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
   }
 }
 

@@ -338,12 +338,12 @@ __device__ __forceinline__ void fill_channels_interleaved(U* tile, const U* x_ch
 
 // Where tile line l (of one channel) reads, for geometries without lhs
 // dilation: the input offset of its element 0, or -1 where the line lies in
-// the padding; its element e reads input column e - pad (in 1-D, the band's
-// single line starts at input column row0 * stride - pad). Int32 arithmetic
-// set up once per thread: line_source() and column_source() handle holes
-// too, at several times the instructions per element.
+// the padding; its element e reads input column e - pad (2-D and 3-D: int32
+// arithmetic set up once per thread; line_source() and column_source()
+// handle holes too, at several times the instructions per element).
 template <int ND>
 struct PlainLines {
+  static_assert(ND >= 2, "lines of 1-D tiles: fill_channels_first");
   int32_t first_row, pad, in_last, in_row, in_mid;
   FastDiv mid;  // 3-D: tile lines per depth row
   __device__ __forceinline__ PlainLines(const Geometry& g, const TilePlan& t, int32_t row0) {
@@ -355,7 +355,6 @@ struct PlainLines {
     mid = t.extent_div[ND == 3 ? 1 : 0];
   }
   __device__ __forceinline__ int32_t base(int32_t l, int32_t pad_mid) const {
-    if (ND == 1) return 0;
     int32_t r = l, flat = 0;
     if (ND == 3) {
       int32_t m;
@@ -369,7 +368,7 @@ struct PlainLines {
     return r * (ND == 3 ? in_mid * in_last : in_last) + flat;
   }
   __device__ __forceinline__ int32_t column(int32_t e) const {
-    const int32_t q = e + (ND == 1 ? first_row : -pad);
+    const int32_t q = e - pad;
     return static_cast<uint32_t>(q) < static_cast<uint32_t>(in_last) ? q : -1;
   }
 };
@@ -383,8 +382,8 @@ struct PlainLines {
 constexpr int kFillLines = 4;
 
 template <int ND, typename T>
-__device__ __forceinline__ void fill_tile_by_lines(T* tile, const T* x_block, int32_t channels,
-                                                         int32_t row0, const Geometry& g, const TilePlan& t) {
+__device__ __forceinline__ void fill_tile_by_lines(T* tile, const T* x_block, int32_t channels, int32_t row0,
+                                                   const Geometry& g, const TilePlan& t) {
   const int32_t width = static_cast<int32_t>(t.width.d), lines = channels * static_cast<int32_t>(t.lines.d);
   const int32_t warps = static_cast<int32_t>(blockDim.x / 32), lane = threadIdx.x % 32;
   const bool plain = !g.any_lhs_dilation;
