@@ -358,7 +358,7 @@ LARGE_CASES = [
     pytest.param(Case.make((20, 64), (7, 7), stride=(2, 2), padding=((3, 3), (3, 3))),
                  id="2d-stem-whole-vectors"),
     pytest.param(Case.make((11, 47), (2, 3), stride=(1, 3), dilation=(1, 2), padding=((0, 1), (2, 1)), c=3),
-                 id="2d-split-lines"),
+                 id="2d-stride-3-dilated"),
     # The vector fold at stride 2 along lines (16 positions from 32 columns).
     pytest.param(Case.make((16, 32), (3, 3), stride=(2, 2), padding=((1, 1), (1, 0)), c=4),
                  id="2d-strided-vector-fold"),
