@@ -13,10 +13,12 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 #include <cstdint>
 
 #include "columns.h"
+#include "fold_staged.cuh"
 #include "fold_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
@@ -424,6 +426,27 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   return cudaGetLastError();
 }
 
+// JAX_IM2COL_NO_STAGED_FOLD=1 leaves the folds to the per-thread gathers:
+// the benchmark's same-run comparison (BENCHMARKS.md, step 58).
+bool staged_fold_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("JAX_IM2COL_NO_STAGED_FOLD");
+    return v == nullptr || v[0] != '1';
+  }();
+  return on;
+}
+
+// Calls fn(std::integral_constant<int, S>{}): S the stride along the last
+// dimension where it is 1 or 2, else 0 (read at run time).
+template <typename Fn>
+void with_last_stride(const Geometry& g, Fn&& fn) {
+  switch (g.stride[g.nd - 1]) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 0>{}); break;
+  }
+}
+
 template <int ND, typename TC, typename TX>
 cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
                        int64_t C, int64_t n0, int64_t nc,
@@ -435,12 +458,19 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
+  const bool staged = staged_fold_on() && aligned_to(cols, 16);
   if (channels_last) {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
+    FoldLinesPlan lp;
     if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
       fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
+    } else if (staged && plan_fold_lines(g, lay, C, nc, sizeof(TC), &lp)) {
+      with_last_stride(g, [&](auto s) {
+        fold_lines_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(lp.blocks), kThreads, lp.smem, stream>>>(
+            cols, x, g, C, n0, lay, lp, accumulate);
+      });
     } else {
       fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
@@ -449,6 +479,17 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   }
   const int64_t width = g.in[ND - 1];
   const int64_t lines = nc * C * (g.in_size / width);
+  // Small planes (and lines the vectors cannot take, below), staged whole.
+  FoldPlanesPlan pp;
+  const bool planes = staged && plan_fold_planes(g, lay, C, nc, sizeof(TC), &pp);
+  auto fold_planes = [&] {
+    with_last_stride(g, [&](auto s) {
+      fold_planes_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem, stream>>>(
+          cols, x, g, C, n0, lay, pp, accumulate);
+    });
+    return cudaGetLastError();
+  };
+  if (planes && g.in_size <= kStagedPlaneElements) return fold_planes();
   // On whole vectors of W elements of the columns, where the lines allow
   // (fold_vector.cuh).
   auto fold_vectors = [&](auto w) {
@@ -470,6 +511,7 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   if (fold_vectors(std::integral_constant<int, V>{}) ||
       (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
     return cudaGetLastError();
+  if (planes) return fold_planes();
   const int64_t runs = (width + Vcf - 1) / Vcf;
   const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
   fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(

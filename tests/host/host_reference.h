@@ -32,7 +32,8 @@ inline Geometry draw_geometry(int nd, int in_max, int64_t* pad_hi) {
   return g;
 }
 
-// Flat input offset read by output position l and tap k, -1 for padding.
+// Flat input offset read by output position l and tap k, -1 for padding or
+// a hole of the lhs dilation.
 inline int64_t source(const Geometry& g, int64_t l, int64_t k) {
   int64_t o[kMaxSpatial], kk[kMaxSpatial];
   for (int d = g.nd - 1; d >= 0; --d) {
@@ -44,8 +45,8 @@ inline int64_t source(const Geometry& g, int64_t l, int64_t k) {
   int64_t flat = 0;
   for (int d = 0; d < g.nd; ++d) {
     const int64_t p = o[d] * g.stride[d] + kk[d] * g.rhs_dilation[d] - g.pad_lo[d];
-    if (p < 0 || p >= g.in[d]) return -1;
-    flat = flat * g.in[d] + p;
+    if (p < 0 || p % g.lhs_dilation[d] != 0 || p / g.lhs_dilation[d] >= g.in[d]) return -1;
+    flat = flat * g.in[d] + p / g.lhs_dilation[d];
   }
   return flat;
 }
