@@ -436,17 +436,6 @@ bool staged_fold_on() {
   return on;
 }
 
-// Calls fn(std::integral_constant<int, S>{}): S the stride along the last
-// dimension where it is 1 or 2, else 0 (read at run time).
-template <typename Fn>
-void with_last_stride(const Geometry& g, Fn&& fn) {
-  switch (g.stride[g.nd - 1]) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    default: fn(std::integral_constant<int, 0>{}); break;
-  }
-}
-
 template <int ND, typename TC, typename TX>
 cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
                        int64_t C, int64_t n0, int64_t nc,
@@ -467,10 +456,8 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
       fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
     } else if (staged && plan_fold_lines(g, lay, C, nc, sizeof(TC), &lp)) {
-      with_last_stride(g, [&](auto s) {
-        fold_lines_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(lp.blocks), kThreads, lp.smem, stream>>>(
-            cols, x, g, C, n0, lay, lp, accumulate);
-      });
+      fold_lines_kernel<ND, TC, TX><<<static_cast<unsigned>(lp.blocks), kThreads, lp.smem, stream>>>(
+          cols, x, g, C, n0, lay, lp, accumulate);
     } else {
       fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
@@ -483,10 +470,8 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   FoldPlanesPlan pp;
   const bool planes = staged && plan_fold_planes(g, lay, C, nc, sizeof(TC), &pp);
   auto fold_planes = [&] {
-    with_last_stride(g, [&](auto s) {
-      fold_planes_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem, stream>>>(
-          cols, x, g, C, n0, lay, pp, accumulate);
-    });
+    fold_planes_kernel<ND, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem, stream>>>(
+        cols, x, g, C, n0, lay, pp, accumulate);
     return cudaGetLastError();
   };
   if (planes && g.in_size <= kStagedPlaneElements) return fold_planes();

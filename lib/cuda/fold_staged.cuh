@@ -35,12 +35,24 @@ constexpr int64_t kStagedPlaneElements = 1024;       // planes: outputs per bloc
 
 inline size_t staged_round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// Each tap of the last dimension reads at most one element of a thread's
-// line, found by position_reading with the stride S when S > 0 (a
-// compile-time constant: its division is a shift), else g.stride.
-template <int S>
-__device__ __forceinline__ int32_t last_stride(const Geometry& g, int nd) {
-  return S > 0 ? S : static_cast<int32_t>(g.stride[nd - 1]);
+// Copies items [0, count) with the block's threads, U items a thread at a
+// time: the U loads are issued before their stores, so that a thread has U
+// loads in flight (one at a time, the copies were latency-bound).
+template <int U, typename T, typename Load, typename Store>
+__device__ __forceinline__ void staged_copy(int32_t count, Load&& load, Store&& store) {
+  for (int32_t i0 = threadIdx.x; i0 < count; i0 += U * blockDim.x) {
+    T r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t i = i0 + u * static_cast<int32_t>(blockDim.x);
+      if (i < count) r[u] = load(i);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int32_t i = i0 + u * static_cast<int32_t>(blockDim.x);
+      if (i < count) store(i, r[u]);
+    }
+  }
 }
 
 // --- channels-first planes ------------------------------------------------
@@ -97,32 +109,32 @@ template <typename TC>
 __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restrict__ cols, const ColumnsLayout& lay,
                                                     int64_t K, const FoldPlanesPlan& p, const PlanesBlock& b) {
   constexpr int V = 16 / sizeof(TC);
+  using Vec = Pack<TC, V>;
   const int64_t start = b.n * lay.image_stride + static_cast<int64_t>(b.c0) * K * lay.lc;
   const int64_t end = start + static_cast<int64_t>(b.channels) * p.plane_cols;
   const int64_t base = start - start % V;
-  const int32_t vectors = static_cast<int32_t>((end - base + V - 1) / V);
-  for (int32_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-    const int64_t e = base + static_cast<int64_t>(i) * V;
-    if (e >= start && e + V <= end) {
-      reinterpret_cast<Pack<TC, V>*>(tile)[i] = *reinterpret_cast<const Pack<TC, V>*>(cols + e);
-    } else {
+  staged_copy<4, Vec>(
+      static_cast<int32_t>((end - base + V - 1) / V),
+      [&](int32_t i) {
+        const int64_t e = base + static_cast<int64_t>(i) * V;
+        if (e >= start && e + V <= end) return *reinterpret_cast<const Vec*>(cols + e);
+        Vec v{};  // the run's first or last vector: only its entries of the run
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (e + v >= start && e + v < end) tile[i * V + v] = cols[e + v];
-    }
-  }
+        for (int j = 0; j < V; ++j)
+          if (e + j >= start && e + j < end) v.v[j] = cols[e + j];
+        return v;
+      },
+      [&](int32_t i, const Vec& v) { reinterpret_cast<Vec*>(tile)[i] = v; });
   return static_cast<int32_t>(start - base);
 }
 
 // Each thread sums whole elements of the block's planes from the tile
 // (column entries from tile[0], the run's first).
-template <int ND, int S, typename TC, typename TX>
+template <int ND, typename TC, typename TX>
 __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restrict__ x, const Geometry& g, int64_t C,
                                                    int64_t n0, const ColumnsLayout& lay, const FoldPlanesPlan& p,
                                                    const PlanesBlock& b, bool accumulate) {
   using A = typename Acc<TX>::type;
-  const int32_t s = last_stride<S>(g, ND);
-  const int32_t kw = static_cast<int32_t>(g.kernel[ND - 1]), ow = static_cast<int32_t>(g.out[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int32_t elements = b.channels * static_cast<int32_t>(g.in_size);
   TX* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
@@ -134,19 +146,15 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
     q[0] = qi;
     A acc = accumulate ? static_cast<A>(to_acc(xb[e])) : A(0);
     const TC* plane = tile + ci * p.plane_cols - l0;
-    for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
-      const TC* rows = plane + k_outer * kw * lc;
-      for (int32_t k = 0; k < kw; ++k, rows += lc) {
-        const int32_t o = position_reading<int32_t>(g, ND - 1, q[ND - 1], k, s);
-        const int32_t l = o_outer * ow + o;
-        if (o >= 0 && static_cast<uint32_t>(l - l0) < static_cast<uint32_t>(lc)) acc += static_cast<A>(to_acc(rows[l]));
-      }
+    for_each_tap_run<ND>(g, q, [&](int32_t k, int32_t l, const TapRun<int32_t>& run) {
+      for (int32_t i = 0; i < run.count; ++i, k += run.k_step, l -= run.o_step)
+        if (static_cast<uint32_t>(l - l0) < static_cast<uint32_t>(lc)) acc += static_cast<A>(to_acc(plane[k * lc + l]));
     });
     xb[e] = store_value<TX>(acc);
   }
 }
 
-template <int ND, int S, typename TC, typename TX>
+template <int ND, typename TC, typename TX>
 __global__ void __launch_bounds__(kThreads)
 fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                    ColumnsLayout lay, FoldPlanesPlan p, bool accumulate) {
@@ -155,7 +163,7 @@ fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, 
   const PlanesBlock b = planes_block(p, C);
   const int32_t head = fold_planes_load(tile, cols, lay, g.kernel_size, p, b);
   __syncthreads();
-  fold_planes_gather<ND, S>(tile + head, x, g, C, n0, lay, p, b, accumulate);
+  fold_planes_gather<ND>(tile + head, x, g, C, n0, lay, p, b, accumulate);
 }
 
 // --- channels-last lines --------------------------------------------------
@@ -220,23 +228,31 @@ inline bool plan_fold_lines(const Geometry& g, const ColumnsLayout& lay, int64_t
 }
 
 // The block's image, input line and segment of it: elements [e0, e1) of the
-// line, coordinates [w_lo, w_hi] along the last dimension, window positions
-// [o_lo, o_hi] reading them.
+// line, window positions [o_lo, o_hi] along the last dimension reading them,
+// and the taps of the outer dimensions reading the line (one run a
+// dimension; slot t is their t-th combination in increasing tap order).
+template <int ND>
 struct LinesBlock {
-  int32_t n, line, e0, e1, o_lo, o_hi;
-  int32_t q[kMaxSpatial];
+  int32_t n, line, e0, e1, o_lo, o_hi, slots;
+  TapRun<int32_t> outer[ND > 1 ? ND - 1 : 1];
 };
 
 template <int ND>
-__device__ __forceinline__ LinesBlock lines_block(const Geometry& g, int64_t C, const FoldLinesPlan& p) {
-  LinesBlock b;
-  int32_t rest, segment;
+__device__ __forceinline__ LinesBlock<ND> lines_block(const Geometry& g, int64_t C, const FoldLinesPlan& p) {
+  LinesBlock<ND> b;
+  int32_t rest, segment, q[kMaxSpatial];
   p.segments_div.divmod(static_cast<int32_t>(blockIdx.x), rest, segment);
   p.lines_div.divmod(rest, b.n, b.line);
   int32_t r = b.line;
 #pragma unroll
-  for (int d = ND - 2; d > 0; --d) p.in[d].divmod(r, r, b.q[d]);
-  if (ND > 1) b.q[0] = r;
+  for (int d = ND - 2; d > 0; --d) p.in[d].divmod(r, r, q[d]);
+  q[0] = r;
+  b.slots = 1;
+#pragma unroll
+  for (int d = 0; d < ND - 1; ++d) {
+    b.outer[d] = taps_reading<int32_t>(g, d, q[d]);
+    b.slots *= b.outer[d].count;
+  }
   const int32_t width = static_cast<int32_t>(g.in[ND - 1] * C);
   b.e0 = segment * p.segment;
   b.e1 = b.e0 + p.segment < width ? b.e0 + p.segment : width;
@@ -247,68 +263,95 @@ __device__ __forceinline__ LinesBlock lines_block(const Geometry& g, int64_t C, 
   return b;
 }
 
-// Copies, for each outer tap reading the line (slot t, in increasing order),
-// the entries of window positions [o_lo, o_hi] into the tile's rows
-// t * span + (o - o_lo); positions outside the chunk read as zero.
+// The flat tap and window position over the outer dimensions of slot t.
+template <int ND>
+__device__ __forceinline__ void outer_slot(const Geometry& g, const LinesBlock<ND>& b, int32_t t, int32_t* k,
+                                           int32_t* o) {
+  if constexpr (ND == 1) {
+    *k = *o = 0;
+  } else if constexpr (ND == 2) {
+    *k = b.outer[0].k + t * b.outer[0].k_step;
+    *o = b.outer[0].o - t * b.outer[0].o_step;
+  } else {
+    const int32_t i = t / b.outer[1].count, j = t - i * b.outer[1].count;
+    *k = (b.outer[0].k + i * b.outer[0].k_step) * static_cast<int32_t>(g.kernel[1]) + b.outer[1].k +
+         j * b.outer[1].k_step;
+    *o = (b.outer[0].o - i * b.outer[0].o_step) * static_cast<int32_t>(g.out[1]) + b.outer[1].o -
+         j * b.outer[1].o_step;
+  }
+}
+
+// Copies the entries of window positions [o_lo, o_hi] for each slot into the
+// tile's rows slot * span + (o - o_lo); positions outside the chunk read as
+// zero.
 template <int ND, typename TC>
 __device__ __forceinline__ void fold_lines_load(TC* tile, const TC* __restrict__ cols, const Geometry& g,
                                                 int64_t C, const ColumnsLayout& lay, const FoldLinesPlan& p,
-                                                const LinesBlock& b) {
+                                                const LinesBlock<ND>& b) {
   const int32_t positions = b.o_hi - b.o_lo + 1;
-  if (positions <= 0) return;
+  if (positions <= 0 || b.slots == 0) return;
   const int32_t ow = static_cast<int32_t>(g.out[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t row = C * g.kernel_size;
   const TC* image = cols + static_cast<int64_t>(b.n) * lay.lc * row;
-  int32_t slot = 0;
-  for_each_outer_tap<ND>(g, b.q, [&](int32_t k_outer, int32_t o_outer) {
-    TC* dst = tile + static_cast<int64_t>(slot++) * p.span * p.run;
-    const int32_t l_first = o_outer * ow + b.o_lo - l0;
-    for (int32_t f = threadIdx.x; f < positions * p.run; f += blockDim.x) {
-      int32_t j, r;
-      p.run_div.divmod(f, j, r);
-      const int32_t l = l_first + j;
-      dst[f] = static_cast<uint32_t>(l) < static_cast<uint32_t>(lc) ? image[l * row + k_outer * p.run + r] : TC{};
-    }
-  });
+  const int32_t per_slot = positions * p.run;
+  staged_copy<8, TC>(
+      b.slots * per_slot,
+      [&](int32_t f) {
+        int32_t t, j, r, k, o;
+        if constexpr (ND == 1) {
+          t = 0, r = f;
+        } else {
+          t = f / per_slot, r = f - t * per_slot;
+        }
+        p.run_div.divmod(r, j, r);
+        outer_slot<ND>(g, b, t, &k, &o);
+        const int32_t l = o * ow + b.o_lo + j - l0;
+        return static_cast<uint32_t>(l) < static_cast<uint32_t>(lc) ? image[l * row + k * p.run + r] : TC{};
+      },
+      [&](int32_t f, TC v) {
+        if constexpr (ND == 1) {
+          tile[f] = v;
+        } else {
+          const int32_t t = f / per_slot;
+          tile[t * p.span * p.run + f - t * per_slot] = v;
+        }
+      });
 }
 
-template <int ND, int S, typename TC, typename TX>
+template <int ND, typename TC, typename TX>
 __device__ __forceinline__ void fold_lines_gather(const TC* tile, TX* __restrict__ x, const Geometry& g, int64_t C,
-                                                  int64_t n0, const FoldLinesPlan& p, const LinesBlock& b,
+                                                  int64_t n0, const FoldLinesPlan& p, const LinesBlock<ND>& b,
                                                   bool accumulate) {
   using A = typename Acc<TX>::type;
   const int32_t e = b.e0 + static_cast<int32_t>(threadIdx.x);
   if (e >= b.e1) return;
-  const int32_t s = last_stride<S>(g, ND);
-  const int32_t kw = static_cast<int32_t>(g.kernel[ND - 1]);
   int32_t w, c;
   p.channels.divmod(e, w, c);
   TX* xe = x + ((n0 + b.n) * (g.in_size / g.in[ND - 1]) + b.line) * g.in[ND - 1] * C + e;
   A acc = accumulate ? static_cast<A>(to_acc(*xe)) : A(0);
-  if (b.o_hi >= b.o_lo) {
-    int32_t slot = 0;
-    for_each_outer_tap<ND>(g, b.q, [&](int32_t, int32_t) {
-      const TC* rows = tile + static_cast<int64_t>(slot++) * p.span * p.run + c;
-      for (int32_t k = 0; k < kw; ++k) {
-        const int32_t o = position_reading<int32_t>(g, ND - 1, w, k, s);
-        if (o >= 0) acc += static_cast<A>(to_acc(rows[(o - b.o_lo) * p.run + k * static_cast<int32_t>(C)]));
-      }
-    });
+  const TapRun<int32_t> last = taps_reading<int32_t>(g, ND - 1, w);
+  const int32_t ci = static_cast<int32_t>(C);
+  // Entry (o, k, c) of a slot at (o - o_lo) * run + k * C + c.
+  const int32_t step = last.k_step * ci - last.o_step * p.run;
+  const TC* first = tile + (last.o - b.o_lo) * p.run + last.k * ci + c;
+  for (int32_t t = 0; t < b.slots && last.count > 0; ++t, first += p.span * p.run) {
+    const TC* src = first;
+    for (int32_t i = 0; i < last.count; ++i, src += step) acc += static_cast<A>(to_acc(*src));
   }
   *xe = store_value<TX>(acc);
 }
 
-template <int ND, int S, typename TC, typename TX>
+template <int ND, typename TC, typename TX>
 __global__ void __launch_bounds__(kThreads)
 fold_lines_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                   ColumnsLayout lay, FoldLinesPlan p, bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem[];
   TC* tile = reinterpret_cast<TC*>(smem);
-  const LinesBlock b = lines_block<ND>(g, C, p);
+  const LinesBlock<ND> b = lines_block<ND>(g, C, p);
   fold_lines_load<ND>(tile, cols, g, C, lay, p, b);
   __syncthreads();
-  fold_lines_gather<ND, S>(tile, x, g, C, n0, p, b, accumulate);
+  fold_lines_gather<ND>(tile, x, g, C, n0, p, b, accumulate);
 }
 
 }  // namespace im2col::cuda

@@ -2,9 +2,8 @@
 // as host code: each block's load phase runs for all of its threads, then its
 // gather phase (the kernel's barrier between them), against a float64
 // scatter of the columns over random geometries (lhs dilation too), chunks
-// of positions, accumulation into x, each stride variant of the launcher
-// (1, 2, read at run time) and each dtype family, float columns into
-// bfloat16 x included. Channels-first planes and channels-last lines. Run by
+// of positions, accumulation into x, strides 1, 2 and 3-4 along lines, and
+// each dtype family, float columns into bfloat16 x included. Channels-first planes and channels-last lines. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <cstdint>
 #include <cstdio>
@@ -21,8 +20,8 @@ namespace {
 
 int planes_ran = 0, lines_ran = 0;  // cases the plans took
 
-// The stride along the last dimension is S, or drawn (S = 0: the launcher's
-// run-time variant); the last extent up to last_max.
+// The stride along the last dimension is S, or drawn from 3-4 (S = 0); the
+// last extent up to last_max.
 Geometry random_geometry(int nd, int in_max, int last_max, int S) {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   Geometry g = draw_geometry(nd, in_max, pad_hi);
@@ -107,7 +106,7 @@ bool planes_case() {
     }
     for (unsigned t = 0; t < kThreads; ++t) {
       threadIdx.x = t;
-      fold_planes_gather<ND, S>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
+      fold_planes_gather<ND>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
     }
   }
   return compare(x, want, "planes", ND, C);
@@ -149,7 +148,7 @@ bool lines_case() {
   blockDim.x = kThreads;
   for (int64_t blk = 0; blk < p.blocks; ++blk) {
     blockIdx.x = static_cast<unsigned>(blk);
-    const LinesBlock b = lines_block<ND>(g, C, p);
+    const LinesBlock<ND> b = lines_block<ND>(g, C, p);
     if (b.o_hi - b.o_lo + 1 > p.span) {
       std::printf("FAIL: lines, nd %d: block %lld reads %d positions, the plan staged %d\n", ND,
                   static_cast<long long>(blk), b.o_hi - b.o_lo + 1, p.span);
@@ -161,7 +160,7 @@ bool lines_case() {
     }
     for (unsigned t = 0; t < kThreads; ++t) {
       threadIdx.x = t;
-      fold_lines_gather<ND, S>(tile, x.data(), g, C, n0, p, b, accumulate);
+      fold_lines_gather<ND>(tile, x.data(), g, C, n0, p, b, accumulate);
     }
   }
   return compare(x, want, "lines", ND, C);
