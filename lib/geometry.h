@@ -362,6 +362,18 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
   return t;
 }
 
+// The output position along d at which tap k reads input coordinate q, or -1
+// where it reads q from none (tap k at o reads q when
+// o * stride == q * lhs_dilation + pad_lo - k * rhs_dilation). The stride s
+// (== g.stride[d]) is an argument, as for strided_position below.
+template <typename I>
+IM2COL_HD I position_reading(const Geometry& g, int d, I q, I k, I s) {
+  const I a = q * static_cast<I>(g.lhs_dilation[d]) + static_cast<I>(g.pad_lo[d]) -
+              k * static_cast<I>(g.rhs_dilation[d]);
+  if (a < 0 || a % s != 0) return -1;
+  return a / s < static_cast<I>(g.out[d]) ? a / s : -1;
+}
+
 // With no lhs dilation along d, tap k reads the input coordinates q with
 // q + pad_lo - k * dilation a multiple of the stride s, at output position
 // (q + pad_lo - k * dilation) / s. For q0 a multiple of s: the one of

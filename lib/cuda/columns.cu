@@ -8,7 +8,8 @@
 // taps that read each element (taps_reading / for_each_tap_run), V elements
 // per thread: consecutive channels (channels-last) or consecutive elements of
 // a line stepped through their taps together (channels-first; on aligned
-// vectors of the columns where lines allow, stride 1 or 2, fold_vector.cuh).
+// vectors of the columns where lines allow, stride 1 or 2, fold_vector.cuh;
+// else whole planes staged in shared memory where they fit, fold_staged.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -426,14 +427,26 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   return cudaGetLastError();
 }
 
-// JAX_IM2COL_NO_STAGED_FOLD=1 leaves the folds to the per-thread gathers:
-// the benchmark's same-run comparison (BENCHMARKS.md, step 58).
+// JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
+// per-thread gather: the benchmark's same-run comparison (BENCHMARKS.md,
+// step 58).
 bool staged_fold_on() {
   static const bool on = [] {
     const char* v = std::getenv("JAX_IM2COL_NO_STAGED_FOLD");
     return v == nullptr || v[0] != '1';
   }();
   return on;
+}
+
+// Calls fn(std::integral_constant<int, S>{}): S the stride along the last
+// dimension where it is 1 or 2, else 0 (read at run time).
+template <typename Fn>
+void with_last_stride(const Geometry& g, Fn&& fn) {
+  switch (g.stride[g.nd - 1]) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 0>{}); break;
+  }
 }
 
 template <int ND, typename TC, typename TX>
@@ -447,17 +460,12 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
-  const bool staged = staged_fold_on() && aligned_to(cols, 16);
   if (channels_last) {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
-    FoldLinesPlan lp;
     if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
       fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
-    } else if (staged && plan_fold_lines(g, lay, C, nc, sizeof(TC), &lp)) {
-      fold_lines_kernel<ND, TC, TX><<<static_cast<unsigned>(lp.blocks), kThreads, lp.smem, stream>>>(
-          cols, x, g, C, n0, lay, lp, accumulate);
     } else {
       fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
@@ -466,15 +474,6 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   }
   const int64_t width = g.in[ND - 1];
   const int64_t lines = nc * C * (g.in_size / width);
-  // Small planes (and lines the vectors cannot take, below), staged whole.
-  FoldPlanesPlan pp;
-  const bool planes = staged && plan_fold_planes(g, lay, C, nc, sizeof(TC), &pp);
-  auto fold_planes = [&] {
-    fold_planes_kernel<ND, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem, stream>>>(
-        cols, x, g, C, n0, lay, pp, accumulate);
-    return cudaGetLastError();
-  };
-  if (planes && g.in_size <= kStagedPlaneElements) return fold_planes();
   // On whole vectors of W elements of the columns, where the lines allow
   // (fold_vector.cuh).
   auto fold_vectors = [&](auto w) {
@@ -496,7 +495,15 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   if (fold_vectors(std::integral_constant<int, V>{}) ||
       (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
     return cudaGetLastError();
-  if (planes) return fold_planes();
+  // Else whole planes staged in shared memory where they fit (fold_staged.cuh).
+  FoldPlanesPlan pp;
+  if (staged_fold_on() && aligned_to(cols, 16) && plan_fold_planes(g, lay, C, nc, sizeof(TC), &pp)) {
+    with_last_stride(g, [&](auto s) {
+      fold_planes_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem,
+                                                           stream>>>(cols, x, g, C, n0, lay, pp, accumulate);
+    });
+    return cudaGetLastError();
+  }
   const int64_t runs = (width + Vcf - 1) / Vcf;
   const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
   fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
