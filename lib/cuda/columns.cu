@@ -495,14 +495,28 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   if (fold_vectors(std::integral_constant<int, V>{}) ||
       (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
     return cudaGetLastError();
-  // Else whole planes staged in shared memory where they fit (fold_staged.cuh).
-  FoldPlanesPlan pp;
-  if (staged_fold_on() && aligned_to(cols, 16) && plan_fold_planes(g, lay, C, nc, sizeof(TC), &pp)) {
-    with_last_stride(g, [&](auto s) {
-      fold_planes_kernel<ND, decltype(s)::value, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads, pp.smem,
-                                                           stream>>>(cols, x, g, C, n0, lay, pp, accumulate);
-    });
-    return cudaGetLastError();
+  // Else whole planes staged in shared memory where they fit (fold_staged.cuh):
+  // runs of S * 4 elements a thread at strides S of 1 and 2, else one.
+  if (staged_fold_on() && aligned_to(cols, 16)) {
+    const int64_t s = g.stride[ND - 1];
+    const bool runs = (s == 1 || s == 2) && g.lhs_dilation[ND - 1] == 1;
+    FoldPlanesPlan pp;
+    if (plan_fold_planes(g, lay, C, nc, sizeof(TC), runs ? s * kStagedRun : 1, &pp)) {
+      with_last_stride(g, [&](auto stride) {
+        constexpr int S = decltype(stride)::value;
+        const unsigned blocks = static_cast<unsigned>(pp.blocks);
+        if constexpr (S > 0) {
+          if (runs) {
+            fold_planes_kernel<ND, S, kStagedRun, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
+                cols, x, g, C, n0, lay, pp, accumulate);
+            return;
+          }
+        }
+        fold_planes_kernel<ND, S, 1, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
+            cols, x, g, C, n0, lay, pp, accumulate);
+      });
+      return cudaGetLastError();
+    }
   }
   const int64_t runs = (width + Vcf - 1) / Vcf;
   const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;

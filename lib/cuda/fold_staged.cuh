@@ -23,6 +23,7 @@ namespace im2col::cuda {
 constexpr size_t kStagedMaxBytes = 32 * 1024;        // per block
 constexpr size_t kStagedPreferredBytes = 16 * 1024;  // more channels per block up to this
 constexpr int64_t kStagedPlaneElements = 1024;       // and up to this many outputs a block
+constexpr int kStagedRun = 4;                        // V: runs of S * V elements a thread
 
 inline size_t staged_round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
@@ -52,15 +53,18 @@ struct FoldPlanesPlan {
   int32_t channels = 0;        // consecutive channels per block
   int32_t channel_blocks = 0;  // ceil(C / channels)
   int32_t plane_cols = 0;      // K * lc: one channel's column entries
+  int32_t run = 1;             // consecutive elements of a line per thread (S * V), or 1
+  int32_t runs = 0;            // per line: ceil(in[ND - 1] / run)
   int64_t blocks = 0;
   size_t smem = 0;
   FastDiv plane;               // g.in_size
   FastDiv in[kMaxSpatial];     // g.in
+  FastDiv runs_div, lines_div;  // runs per line, lines per plane
   FastDiv channel_blocks_div;
 };
 
 inline bool plan_fold_planes(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
-                             size_t elem_bytes, FoldPlanesPlan* p) {
+                             size_t elem_bytes, int64_t run, FoldPlanesPlan* p) {
   const int64_t V = 16 / static_cast<int64_t>(elem_bytes);
   const int64_t plane_cols = g.kernel_size * lay.lc;
   auto bytes = [&](int64_t channels) {
@@ -73,6 +77,11 @@ inline bool plan_fold_planes(const Geometry& g, const ColumnsLayout& lay, int64_
   p->channels = static_cast<int32_t>(cb);
   p->channel_blocks = static_cast<int32_t>((C + cb - 1) / cb);
   p->plane_cols = static_cast<int32_t>(plane_cols);
+  const int64_t width = g.in[g.nd - 1];
+  p->run = static_cast<int32_t>(run);
+  p->runs = static_cast<int32_t>((width + run - 1) / run);
+  p->runs_div = FastDiv(p->runs);
+  p->lines_div = FastDiv(g.in_size / width);
   p->blocks = nc * p->channel_blocks;
   p->smem = bytes(cb);
   p->plane = FastDiv(g.in_size);
@@ -120,43 +129,96 @@ __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restri
 }
 
 // Each thread sums whole elements of the block's planes from the tile
-// (column entries from tile[0], the run's first). Along the last dimension
-// each tap reads an element at one window position at most
-// (position_reading), with the stride S when S > 0 (a compile-time
-// constant: its division a shift; taps_reading's run-time divisions made
-// wav2vec's fold 1.6x slower, step 58), else g.stride.
-template <int ND, int S, typename TC, typename TX>
+// (column entries from tile[0], the run's first). Two ways:
+//  - V > 1 (stride S of 1 or 2 along lines, no lhs dilation there): a thread
+//    takes S * V consecutive elements of a line; each tap of the last
+//    dimension reads one phase of them (strided_position), V entries at
+//    consecutive positions: the tap's index math is paid once for V elements.
+//  - V == 1: a thread takes one element; along the last dimension each tap
+//    reads it at one window position at most (position_reading), with the
+//    stride S when S > 0 (a compile-time constant), else g.stride.
+//    taps_reading's run-time divisions made wav2vec's fold 1.6x slower
+//    (step 58, call 2).
+template <int ND, int S, int V, typename TC, typename TX>
 __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restrict__ x, const Geometry& g, int64_t C,
                                                    int64_t n0, const ColumnsLayout& lay, const FoldPlanesPlan& p,
                                                    const PlanesBlock& b, bool accumulate) {
   using A = typename Acc<TX>::type;
-  const int32_t s = S > 0 ? S : static_cast<int32_t>(g.stride[ND - 1]);
   const int32_t kw = static_cast<int32_t>(g.kernel[ND - 1]), ow = static_cast<int32_t>(g.out[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
-  const int32_t elements = b.channels * static_cast<int32_t>(g.in_size);
   TX* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
-#pragma unroll 2
-  for (int32_t e = threadIdx.x; e < elements; e += blockDim.x) {
-    int32_t ci, qi, q[kMaxSpatial];
-    p.plane.divmod(e, ci, qi);
+  if constexpr (V > 1) {
+    static_assert(S == 1 || S == 2, "runs of S * V elements need a compile-time stride");
+    const int32_t width = static_cast<int32_t>(g.in[ND - 1]);
+    const int32_t items = b.channels * static_cast<int32_t>(g.in_size / width) * p.runs;
+    for (int32_t item = threadIdx.x; item < items; item += blockDim.x) {
+      int32_t line, run, ci, inner, q[kMaxSpatial];
+      p.runs_div.divmod(item, line, run);
+      p.lines_div.divmod(line, ci, inner);
 #pragma unroll
-    for (int d = ND - 1; d > 0; --d) p.in[d].divmod(qi, qi, q[d]);
-    q[0] = qi;
-    A acc = accumulate ? static_cast<A>(to_acc(xb[e])) : A(0);
-    const TC* plane = tile + ci * p.plane_cols - l0;
-    for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
-      const TC* rows = plane + k_outer * kw * lc;
-      for (int32_t k = 0; k < kw; ++k, rows += lc) {
-        const int32_t o = position_reading<int32_t>(g, ND - 1, q[ND - 1], k, s);
-        const int32_t l = o_outer * ow + o;
-        if (o >= 0 && static_cast<uint32_t>(l - l0) < static_cast<uint32_t>(lc)) acc += static_cast<A>(to_acc(rows[l]));
-      }
-    });
-    xb[e] = store_value<TX>(acc);
+      for (int d = ND - 2; d > 0; --d) p.in[d].divmod(inner, inner, q[d]);
+      if (ND > 1) q[0] = inner;
+      const int32_t w0 = run * S * V;
+      q[ND - 1] = w0;
+      TX* xr = xb + static_cast<int64_t>(line) * width + w0;
+      A acc[S][V];  // element w0 + S * v + h in acc[h][v]
+#pragma unroll
+      for (int h = 0; h < S; ++h)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          acc[h][v] = accumulate && w0 + S * v + h < width ? static_cast<A>(to_acc(xr[S * v + h])) : A(0);
+      const TC* plane = tile + ci * p.plane_cols - l0;
+      for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
+        const int32_t line_start = o_outer * ow;
+        const TC* rows = plane + k_outer * kw * lc + line_start;
+        for (int32_t j = 0; j < kw; ++j, rows += lc) {
+          int32_t phase;
+          const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            const int32_t o = first + v;
+            if (static_cast<uint32_t>(o) < static_cast<uint32_t>(ow) &&
+                static_cast<uint32_t>(line_start + o - l0) < static_cast<uint32_t>(lc)) {
+              const A e = static_cast<A>(to_acc(rows[o]));
+#pragma unroll
+              for (int h = 0; h < S; ++h)
+                if (h == phase) acc[h][v] += e;
+            }
+          }
+        }
+      });
+#pragma unroll
+      for (int h = 0; h < S; ++h)
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          if (w0 + S * v + h < width) xr[S * v + h] = store_value<TX>(acc[h][v]);
+    }
+  } else {
+    const int32_t s = S > 0 ? S : static_cast<int32_t>(g.stride[ND - 1]);
+    const int32_t elements = b.channels * static_cast<int32_t>(g.in_size);
+#pragma unroll 2
+    for (int32_t e = threadIdx.x; e < elements; e += blockDim.x) {
+      int32_t ci, qi, q[kMaxSpatial];
+      p.plane.divmod(e, ci, qi);
+#pragma unroll
+      for (int d = ND - 1; d > 0; --d) p.in[d].divmod(qi, qi, q[d]);
+      q[0] = qi;
+      A acc = accumulate ? static_cast<A>(to_acc(xb[e])) : A(0);
+      const TC* plane = tile + ci * p.plane_cols - l0;
+      for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
+        const TC* rows = plane + k_outer * kw * lc;
+        for (int32_t k = 0; k < kw; ++k, rows += lc) {
+          const int32_t o = position_reading<int32_t>(g, ND - 1, q[ND - 1], k, s);
+          const int32_t l = o_outer * ow + o;
+          if (o >= 0 && static_cast<uint32_t>(l - l0) < static_cast<uint32_t>(lc)) acc += static_cast<A>(to_acc(rows[l]));
+        }
+      });
+      xb[e] = store_value<TX>(acc);
+    }
   }
 }
 
-template <int ND, int S, typename TC, typename TX>
+template <int ND, int S, int V, typename TC, typename TX>
 __global__ void __launch_bounds__(kThreads)
 fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                    ColumnsLayout lay, FoldPlanesPlan p, bool accumulate) {
@@ -165,7 +227,7 @@ fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, 
   const PlanesBlock b = planes_block(p, C);
   const int32_t head = fold_planes_load(tile, cols, lay, g.kernel_size, p, b);
   __syncthreads();
-  fold_planes_gather<ND, S>(tile + head, x, g, C, n0, lay, p, b, accumulate);
+  fold_planes_gather<ND, S, V>(tile + head, x, g, C, n0, lay, p, b, accumulate);
 }
 
 }  // namespace im2col::cuda

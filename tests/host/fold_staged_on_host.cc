@@ -3,8 +3,9 @@
 // runs for all of its threads, then its gather phase (the kernel's barrier
 // between them), against a float64 scatter of the columns over random
 // geometries (lhs dilation too), chunks of positions, gaps between images,
-// accumulation into x, each stride variant of the launcher (1, 2, read at
-// run time) and each dtype family, float columns into bfloat16 x included. Run by
+// accumulation into x, both gathers (runs of S * V elements a thread, one
+// element) with each stride variant of the launcher (1, 2, read at run
+// time), each dtype family, float columns into bfloat16 x included. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <cstdint>
 #include <cstdio>
@@ -22,13 +23,16 @@ namespace {
 int planes_ran = 0;  // cases the plan took
 
 // The stride along the last dimension is S, or drawn from 3-4 (S = 0: the
-// launcher's run-time variant); the last extent up to last_max.
-Geometry random_geometry(int nd, int in_max, int last_max, int S) {
+// launcher's run-time variant); the last extent up to last_max; lhs
+// dilation along some dimension at times (not the last one unless
+// lhs_dilated_lines: the gather on runs does not take it).
+Geometry random_geometry(int nd, int in_max, int last_max, int S, bool lhs_dilated_lines) {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   Geometry g = draw_geometry(nd, in_max, pad_hi);
   g.in[nd - 1] = draw(1, last_max);
   g.stride[nd - 1] = S > 0 ? S : draw(3, 4);
-  if (draw(0, 3) == 0) g.lhs_dilation[draw(0, nd - 1)] = 2;
+  const int dilatable = lhs_dilated_lines ? nd : nd - 1;
+  if (dilatable > 0 && draw(0, 3) == 0) g.lhs_dilation[draw(0, dilatable - 1)] = 2;
   finish_geometry(g, pad_hi);
   return g;
 }
@@ -62,9 +66,10 @@ bool compare(const std::vector<TX>& x, const std::vector<double>& want, const ch
 }
 
 // Channels-first: (n, c, k, l) at n * image_stride + (c * K + k) * lc + l - l0.
-template <int ND, int S, typename TC, typename TX>
+// V > 1: the gather on runs of S * V elements a thread; V == 1 one element.
+template <int ND, int S, int V, typename TC, typename TX>
 bool planes_case() {
-  const Geometry g = random_geometry(ND, ND == 3 ? 5 : 12, ND == 1 ? 700 : 12, S);
+  const Geometry g = random_geometry(ND, ND == 3 ? 5 : 12, ND == 1 ? 700 : 40, S, V == 1);
   if (g.out_size <= 0) return true;
   const int64_t C = draw(1, 12), N = draw(1, 3), n0 = draw(0, static_cast<int>(N) - 1);
   const int64_t nc = draw(1, static_cast<int>(N - n0)), K = g.kernel_size;
@@ -73,7 +78,7 @@ bool planes_case() {
   lay.row_stride = lay.lc;
   lay.image_stride = C * K * lay.lc + draw(0, 1) * draw(1, 9);  // a gap between images, at times
   FoldPlanesPlan p;
-  if (!plan_fold_planes(g, lay, C, nc, sizeof(TC), &p)) return true;
+  if (!plan_fold_planes(g, lay, C, nc, sizeof(TC), V > 1 ? S * V : 1, &p)) return true;
   ++planes_ran;
   const bool accumulate = draw(0, 1) == 1;
   std::vector<TC> cols(nc * lay.image_stride);
@@ -107,7 +112,7 @@ bool planes_case() {
     }
     for (unsigned t = 0; t < kThreads; ++t) {
       threadIdx.x = t;
-      fold_planes_gather<ND, S>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
+      fold_planes_gather<ND, S, V>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
     }
   }
   return compare(x, want, "planes", ND, C);
@@ -117,18 +122,26 @@ bool planes_case() {
 
 int main() {
   Tally run;
-  for (int i = 0; i < 60; ++i) {
-    run(planes_case<1, 2, float, float>());
-    run(planes_case<1, 1, __nv_bfloat16, __nv_bfloat16>());
-    run(planes_case<1, 0, float, __nv_bfloat16>());
-    run(planes_case<2, 1, float, float>());
-    run(planes_case<2, 2, __nv_bfloat16, __nv_bfloat16>());
-    run(planes_case<2, 0, __half, __half>());
-    run(planes_case<3, 1, double, double>());
-    run(planes_case<3, 2, float, float>());
+  for (int i = 0; i < 40; ++i) {
+    run(planes_case<1, 2, 1, float, float>());
+    run(planes_case<1, 1, 1, __nv_bfloat16, __nv_bfloat16>());
+    run(planes_case<1, 0, 1, float, __nv_bfloat16>());
+    run(planes_case<2, 1, 1, float, float>());
+    run(planes_case<2, 2, 1, __nv_bfloat16, __nv_bfloat16>());
+    run(planes_case<2, 0, 1, __half, __half>());
+    run(planes_case<3, 1, 1, double, double>());
+    run(planes_case<3, 2, 1, float, float>());
+    run(planes_case<1, 2, 4, float, float>());
+    run(planes_case<1, 1, 4, __nv_bfloat16, __nv_bfloat16>());
+    run(planes_case<1, 2, 4, float, __nv_bfloat16>());
+    run(planes_case<2, 1, 4, float, float>());
+    run(planes_case<2, 2, 4, __nv_bfloat16, __nv_bfloat16>());
+    run(planes_case<2, 2, 4, __half, __half>());
+    run(planes_case<3, 1, 4, double, double>());
+    run(planes_case<3, 2, 4, float, float>());
   }
   // Most cases must reach the kernel (the plan refuses what is too big).
-  std::printf("the plan took %d cases of 480\n", planes_ran);
-  run(planes_ran > 240);
+  std::printf("the plan took %d cases of 640\n", planes_ran);
+  run(planes_ran > 320);
   return run.report();
 }
