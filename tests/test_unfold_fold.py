@@ -326,7 +326,8 @@ def test_fold_matches_reference(platform, dtype, case):
 # positions and of the input that are whole vectors (the "fold-vector" cases,
 # 8 elements wide: every shift of the column entries a tap reads against the
 # vector, with the asymmetric padding; "fold-half-vector", 12 wide: 8-byte
-# vectors of 2-byte types).
+# vectors of 2-byte types), with planes of over 32 KB of columns in every
+# dtype (smaller ones go to the staged fold).
 # More large geometries: several bands of the tiled kernels and the vector
 # fold's lines (tall images), taps that leave the plane on both sides
 # (padding, cropping), a dilated 3-d window, a long 1-d line.
@@ -339,11 +340,11 @@ MORE_LARGE_CASES = {
 }
 
 LARGE_CASES = [
-    pytest.param(Case.make((12, 32), (3, 3), stride=(2, 1), dilation=(1, 1),
+    pytest.param(Case.make((120, 32), (3, 3), stride=(2, 1), dilation=(1, 1),
                            padding=((1, 1), (3, 7)), c=5), id="2d-fold-vector"),
-    pytest.param(Case.make((6, 12), (3, 3), padding=((1, 1), (1, 1)), c=3), id="2d-fold-half-vector"),
-    pytest.param(Case.make((64,), (5,), dilation=(3,), padding=((6, 6),), c=4), id="1d-fold-vector"),
-    pytest.param(Case.make((4, 6, 16), (2, 3, 3), stride=(1, 2, 1), dilation=(1, 1, 2),
+    pytest.param(Case.make((200, 12), (3, 3), padding=((1, 1), (1, 1)), c=3), id="2d-fold-half-vector"),
+    pytest.param(Case.make((4096,), (5,), dilation=(3,), padding=((6, 6),), c=4), id="1d-fold-vector"),
+    pytest.param(Case.make((4, 60, 16), (2, 3, 3), stride=(1, 2, 1), dilation=(1, 1, 2),
                            padding=((0, 1), (1, 1), (3, 1)), n=1, c=3), id="3d-fold-vector"),
     pytest.param(Case.make((5003,), (5,), stride=(2,), dilation=(2,), padding=((3, 1),)),
                  id="1d-long"),
@@ -360,11 +361,11 @@ LARGE_CASES = [
     pytest.param(Case.make((11, 47), (2, 3), stride=(1, 3), dilation=(1, 2), padding=((0, 1), (2, 1)), c=3),
                  id="2d-stride-3-dilated"),
     # The vector fold at stride 2 along lines (16 positions from 32 columns).
-    pytest.param(Case.make((16, 32), (3, 3), stride=(2, 2), padding=((1, 1), (1, 0)), c=4),
+    pytest.param(Case.make((240, 32), (3, 3), stride=(2, 2), padding=((1, 1), (1, 0)), c=4),
                  id="2d-strided-vector-fold"),
-    # The channels-first fold staged in shared memory (lines the vector fold
-    # cannot take): planes of 7 x 7, 8 channels a block, the last block 5; an
-    # odd line.
+    # The channels-first fold staged in shared memory: planes of 7 x 7, 8
+    # channels a block, the last block 5; an odd line (the vector fold cannot
+    # take it).
     pytest.param(Case.make((7, 7), (3, 3), padding=((1, 1), (1, 1)), c=21), id="2d-small-planes"),
     pytest.param(Case.make((1599,), (3,), stride=(2,), c=4), id="1d-odd-line"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
@@ -402,7 +403,7 @@ def test_more_large_cases_float16(platform, case):
 @pytest.mark.parametrize("layout, case", [
     ("channels_last", Case.make((11, 10), (3, 2), stride=(2, 1), padding=((1, 1), (0, 1)), n=2, c=5)),
     # Lines of whole vectors: the channels-first fold's vector kernel.
-    ("channels_first", Case.make((10, 16), (3, 3), padding=((1, 1), (1, 1)), n=2, c=5)),
+    ("channels_first", Case.make((150, 16), (3, 3), padding=((1, 1), (1, 1)), n=2, c=5)),
 ], ids=["channels_last", "channels_first"])
 def test_compiled_chain_replays_with_fresh_inputs(platform, layout, case):
   """One jitted program of several unfold / fold calls (long enough for XLA:GPU

@@ -1,7 +1,7 @@
 // The channels-first fold staged in shared memory (columns.cu chooses it
-// where the vector fold cannot take the lines: odd lengths, wav2vec's 3199,
-// and 7 x 7 maps): a block takes whole planes of consecutive channels of one
-// image. Their column entries are one contiguous run of the columns (rows of
+// where the planes fit, 32 KB of columns a block: 7 x 7 to 28 x 28 maps of a
+// 3 x 3 window, wav2vec's lines of 3199): a block takes whole planes of
+// consecutive channels of one image. Their column entries are one contiguous run of the columns (rows of
 // K * lc entries, no gaps between rows), copied into shared memory with
 // aligned 16-byte loads; then each thread gathers whole elements from there
 // (the per-thread gather, fold_cf_kernel, reads the columns unaligned and
