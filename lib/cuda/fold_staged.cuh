@@ -12,7 +12,6 @@
 // barrier, so that tests/host/fold_staged_on_host.cc runs them as host code.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "../geometry.h"

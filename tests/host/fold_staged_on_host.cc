@@ -85,19 +85,7 @@ bool planes_case() {
   std::vector<TX> x(N * C * g.in_size);
   for (auto& v : cols) v = small_value<TC>();
   for (auto& v : x) v = small_value<TX>();
-  std::vector<double> want(x.size());
-  for (size_t i = 0; i < x.size(); ++i) want[i] = to_double(x[i]);
-  for (int64_t n = 0; n < nc; ++n)
-    for (int64_t c = 0; c < C; ++c) {
-      double* plane = want.data() + ((n0 + n) * C + c) * g.in_size;
-      if (!accumulate)
-        for (int64_t i = 0; i < g.in_size; ++i) plane[i] = 0;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t l = lay.l0; l < lay.l0 + lay.lc; ++l) {
-          const int64_t s = source(g, l, k);
-          if (s >= 0) plane[s] += to_double(cols[n * lay.image_stride + (c * K + k) * lay.lc + l - lay.l0]);
-        }
-    }
+  const std::vector<double> want = fold_cf_reference(g, lay, cols, x, C, n0, nc, accumulate);
   std::vector<Pack<float, 4>> smem(p.smem / 16);
   TC* tile = reinterpret_cast<TC*>(smem.data());
   gridDim.x = static_cast<unsigned>(p.blocks);

@@ -74,19 +74,7 @@ bool one_case() {
   std::vector<T> cols(nc * C * K * lay.lc), x(N * C * g.in_size);
   for (auto& v : cols) v = from_float<T>(static_cast<float>(draw(-4, 4)));
   for (auto& v : x) v = from_float<T>(static_cast<float>(draw(-4, 4)));
-  std::vector<double> want(x.size());
-  for (size_t i = 0; i < x.size(); ++i) want[i] = to_double(x[i]);
-  for (int64_t n = 0; n < nc; ++n)
-    for (int64_t c = 0; c < C; ++c) {
-      double* plane = want.data() + ((n0 + n) * C + c) * g.in_size;
-      if (!accumulate)
-        for (int64_t i = 0; i < g.in_size; ++i) plane[i] = 0;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t l = lay.l0; l < lay.l0 + lay.lc; ++l) {
-          const int64_t s = source(g, l, k);
-          if (s >= 0) plane[s] += to_double(cols[n * lay.image_stride + (c * K + k) * lay.row_stride + l - lay.l0]);
-        }
-    }
+  const std::vector<double> want = fold_cf_reference(g, lay, cols, x, C, n0, nc, accumulate);
   const int64_t x_lines = nc * C * (g.in_size / g.in[ND - 1]);
   launch(blocks_for(x_lines * (g.in[ND - 1] / (S * V))), [&] {
     fold_cf_vector_kernel<ND, T, T, V, S>(cols.data(), x.data(), g, C, n0, lay, x_lines, accumulate);

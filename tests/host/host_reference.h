@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 #include <type_traits>
+#include <vector>
 
 #include "geometry.h"
 
@@ -61,6 +62,31 @@ template <typename T>
 double to_double(T v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(v);
   else return static_cast<double>(v);
+}
+
+// The channels-first fold in float64: x (as given, or zero without
+// accumulate) plus the scatter of columns (n, c, k, l) at
+// n * image_stride + (c * K + k) * row_stride + l - l0 for images
+// [n0, n0 + nc); the other images as x holds them.
+template <typename TC, typename TX>
+std::vector<double> fold_cf_reference(const Geometry& g, const ColumnsLayout& lay, const std::vector<TC>& cols,
+                                      const std::vector<TX>& x, int64_t C, int64_t n0, int64_t nc,
+                                      bool accumulate) {
+  const int64_t K = g.kernel_size;
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = to_double(x[i]);
+  for (int64_t n = 0; n < nc; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      double* plane = want.data() + ((n0 + n) * C + c) * g.in_size;
+      if (!accumulate)
+        for (int64_t i = 0; i < g.in_size; ++i) plane[i] = 0;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t l = lay.l0; l < lay.l0 + lay.lc; ++l) {
+          const int64_t s = source(g, l, k);
+          if (s >= 0) plane[s] += to_double(cols[n * lay.image_stride + (c * K + k) * lay.row_stride + l - lay.l0]);
+        }
+    }
+  return want;
 }
 
 // Counts the cases' outcomes and prints the summary line that
