@@ -1,9 +1,9 @@
 // The channels-first fold staged in shared memory (columns.cu chooses it
 // where the planes fit, 32 KB of columns a block: 7 x 7 to 28 x 28 maps of a
 // 3 x 3 window, wav2vec's lines of 3199): a block takes whole planes of
-// consecutive channels of one image. Their column entries are one contiguous run of the columns (rows of
-// K * lc entries, no gaps between rows), copied into shared memory with
-// aligned 16-byte loads; then each thread gathers whole elements from there
+// consecutive channels of one image. Their column entries are one contiguous
+// run of the columns (rows of K * lc entries, no gaps between rows), copied
+// into shared memory with aligned 16-byte loads; then each thread gathers whole elements from there
 // (the per-thread gather, fold_cf_kernel, reads the columns unaligned and
 // scalar, one window's taps at a time).
 //
@@ -52,8 +52,7 @@ struct FoldPlanesPlan {
   int32_t channels = 0;        // consecutive channels per block
   int32_t channel_blocks = 0;  // ceil(C / channels)
   int32_t plane_cols = 0;      // K * lc: one channel's column entries
-  int32_t run = 1;             // consecutive elements of a line per thread (S * V), or 1
-  int32_t runs = 0;            // per line: ceil(in[ND - 1] / run)
+  int32_t runs = 0;            // per line: ceil(in[ND - 1] / run), run = S * V or 1
   int64_t blocks = 0;
   size_t smem = 0;
   FastDiv plane;               // g.in_size
@@ -77,7 +76,6 @@ inline bool plan_fold_planes(const Geometry& g, const ColumnsLayout& lay, int64_
   p->channel_blocks = static_cast<int32_t>((C + cb - 1) / cb);
   p->plane_cols = static_cast<int32_t>(plane_cols);
   const int64_t width = g.in[g.nd - 1];
-  p->run = static_cast<int32_t>(run);
   p->runs = static_cast<int32_t>((width + run - 1) / run);
   p->runs_div = FastDiv(p->runs);
   p->lines_div = FastDiv(g.in_size / width);
