@@ -3,9 +3,9 @@
 // 3 x 3 window, wav2vec's lines of 3199): a block takes whole planes of
 // consecutive channels of one image. Their column entries are one contiguous
 // run of the columns (rows of K * lc entries, no gaps between rows), copied
-// into shared memory with aligned 16-byte loads; then each thread gathers whole elements from there
-// (the per-thread gather, fold_cf_kernel, reads the columns unaligned and
-// scalar, one window's taps at a time).
+// into shared memory with aligned 16-byte loads; then each thread gathers
+// whole elements from there (the per-thread gather, fold_cf_kernel, reads
+// the columns unaligned and scalar, one window's taps at a time).
 //
 // It sums each element's taps in increasing order (deterministic). The
 // load and gather phases are device functions of their own, separated by a
