@@ -475,24 +475,32 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   }
   const int64_t width = g.in[ND - 1];
   const int64_t lines = nc * C * (g.in_size / width);
-  // Whole planes staged in shared memory where they fit (fold_staged.cuh):
-  // first with runs of S * 4 elements a thread (strides S of 1 and 2), which
-  // beat the vector fold (step 58); after it with one element a thread.
-  const bool staged = staged_fold_on() && aligned_to(cols, 16);
+  // Whole planes staged in shared memory where they fit (fold_staged.cuh),
+  // planned once: before the vector fold where a thread sums runs of S * 4
+  // elements (strides S of 1 and 2, no lhs dilation along lines: they beat
+  // it, step 58), after it with one element a thread otherwise.
   const int64_t s = g.stride[ND - 1];
   const bool on_runs = (s == 1 || s == 2) && g.lhs_dilation[ND - 1] == 1;
   FoldPlanesPlan pp;
-  if (staged && on_runs && plan_fold_planes(g, lay, C, nc, sizeof(TC), s * kStagedRun, &pp)) {
-    const unsigned blocks = static_cast<unsigned>(pp.blocks);
-    if (s == 2) {
-      fold_planes_kernel<ND, 2, kStagedRun, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
-          cols, x, g, C, n0, lay, pp, accumulate);
-    } else {
-      fold_planes_kernel<ND, 1, kStagedRun, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
-          cols, x, g, C, n0, lay, pp, accumulate);
-    }
+  const bool planes = staged_fold_on() && aligned_to(cols, 16) &&
+                      plan_fold_planes(g, lay, C, nc, sizeof(TC), on_runs ? s * kStagedRun : 1, &pp);
+  auto fold_planes = [&] {
+    with_last_stride(g, [&](auto stride) {
+      constexpr int S = decltype(stride)::value;
+      const unsigned blocks = static_cast<unsigned>(pp.blocks);
+      if constexpr (S > 0) {
+        if (on_runs) {
+          fold_planes_kernel<ND, S, kStagedRun, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
+              cols, x, g, C, n0, lay, pp, accumulate);
+          return;
+        }
+      }
+      fold_planes_kernel<ND, S, 1, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(cols, x, g, C, n0, lay, pp,
+                                                                                   accumulate);
+    });
     return cudaGetLastError();
-  }
+  };
+  if (planes && on_runs) return fold_planes();
   // On whole vectors of W elements of the columns, where the lines allow
   // (fold_vector.cuh).
   auto fold_vectors = [&](auto w) {
@@ -514,14 +522,7 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   if (fold_vectors(std::integral_constant<int, V>{}) ||
       (Vh != V && fold_vectors(std::integral_constant<int, Vh>{})))
     return cudaGetLastError();
-  if (staged && plan_fold_planes(g, lay, C, nc, sizeof(TC), 1, &pp)) {
-    with_last_stride(g, [&](auto stride) {
-      fold_planes_kernel<ND, decltype(stride)::value, 1, TC, TX><<<static_cast<unsigned>(pp.blocks), kThreads,
-                                                                   pp.smem, stream>>>(cols, x, g, C, n0, lay, pp,
-                                                                                      accumulate);
-    });
-    return cudaGetLastError();
-  }
+  if (planes) return fold_planes();
   const int64_t runs = (width + Vcf - 1) / Vcf;
   const bool vec = aligned_to(x, sizeof(TX) * Vcf) && width % Vcf == 0;
   fold_cf_kernel<ND, TC, TX, Vcf><<<blocks_for(lines * runs), kThreads, 0, stream>>>(
