@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "columns.h"
+#include "fold_cl_taps.cuh"
 #include "fold_staged.cuh"
 #include "fold_vector.cuh"
 #include "device_util.cuh"
@@ -71,7 +72,11 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 }
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
-// every kernel tap into row (n, l), at (group, tap, channel-in-group).
+// every kernel tap into row (n, l), at (group, tap, channel-in-group);
+// kUnfoldBatch taps' loads at a time are issued before their stores (a store
+// waits for its load: one tap at a time had one load in flight a thread).
+constexpr int kUnfoldBatch = 4;
+
 template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -90,16 +95,22 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     U* dst = cols + row * C * K + gi * K * Cg + j0;
 #pragma unroll
     for (int d = 0; d < ND; ++d) k[d] = 0;
-    for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
-      const int64_t s = source_offset_at<ND>(g, origin, k);
-      Pack<U, V> p;
-      if (s >= 0) {
-        p = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
-      } else {
+    for (int64_t kk = 0; kk < K; kk += kUnfoldBatch, dst += kUnfoldBatch * Cg) {
+      Pack<U, V> p[kUnfoldBatch];
 #pragma unroll
-        for (int v = 0; v < V; ++v) p.v[v] = U(0);
+      for (int b = 0; b < kUnfoldBatch; ++b) {
+        const int64_t s = kk + b < K ? source_offset_at<ND>(g, origin, k) : -1;
+        if (s >= 0) {
+          p[b] = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) p[b].v[v] = U(0);
+        }
+        increment<ND>(k, g.kernel);
       }
-      *reinterpret_cast<Pack<U, V>*>(dst) = p;
+#pragma unroll
+      for (int b = 0; b < kUnfoldBatch; ++b)
+        if (kk + b < K) *reinterpret_cast<Pack<U, V>*>(dst + b * Cg) = p[b];
     }
   }
 }
@@ -439,6 +450,27 @@ bool staged_fold_on() {
   return on;
 }
 
+// JAX_IM2COL_NO_FOLD_TAPS=1 leaves the channels-last fold to the per-run
+// loop of fold_cl_kernel: the benchmark's same-run comparison (BENCHMARKS.md,
+// step 59).
+bool fold_taps_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("JAX_IM2COL_NO_FOLD_TAPS");
+    return v == nullptr || v[0] != '1';
+  }();
+  return on;
+}
+
+// Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4.
+template <typename Fn>
+void with_taps_bound(int64_t taps, Fn&& fn) {
+  switch (taps) {
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    default: fn(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 // Calls fn(std::integral_constant<int, S>{}): S the stride along the last
 // dimension where it is 1 or 2, else 0 (read at run time).
 template <typename Fn>
@@ -464,7 +496,25 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   if (channels_last) {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
-    if (Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V)) {
+    const bool vectors = Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V);
+    // Few taps a position: all of a thread's loads in flight (fold_cl_taps.cuh).
+    FoldTapsPlan tp;
+    if (fold_taps_on() && plan_fold_taps(g, C, lay.groups, nc, vectors ? V : 1, &tp)) {
+      with_taps_bound(tp.taps, [&](auto taps) {
+        constexpr int T = decltype(taps)::value;
+        if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots) {
+          if (vectors) {
+            fold_cl_taps_kernel<ND, T, TC, TX, V><<<blocks_for(tp.items), kThreads, 0, stream>>>(
+                cols, x, g, C, n0, lay, tp, accumulate);
+          } else {
+            fold_cl_taps_kernel<ND, T, TC, TX, 1><<<blocks_for(tp.items), kThreads, 0, stream>>>(
+                cols, x, g, C, n0, lay, tp, accumulate);
+          }
+        }
+      });
+      return cudaGetLastError();
+    }
+    if (vectors) {
       fold_cl_kernel<ND, TC, TX, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C / V, accumulate);
     } else {
