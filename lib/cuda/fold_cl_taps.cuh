@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "../geometry.h"
 #include "device_util.cuh"
@@ -55,6 +56,20 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   return true;
 }
 
+// V elements at src into the low bytes of a Raw (whole words where they
+// make whole words).
+template <typename Raw, typename TC, int V>
+__device__ __forceinline__ Raw load_raw(const TC* src) {
+  Raw r;
+  if constexpr (sizeof(TC) * V == sizeof(Raw)) {
+    r = *reinterpret_cast<const Raw*>(src);
+  } else {
+    r.v[0] = 0;
+    memcpy(&r, src, sizeof(TC) * V);
+  }
+  return r;
+}
+
 template <int ND, int T, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
@@ -85,7 +100,10 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 #pragma unroll
     for (int d = 0; d < ND; ++d) run[d] = taps_reading<int32_t>(g, d, q[d]);
     const TC* base = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V;
-    Pack<TC, V> loaded[kSlots];
+    // Loaded as raw 32-bit words: Pack<bfloat16, 8> held its 8 elements in 8
+    // registers (118 a thread, 3x3 taps); as 4 words it takes 4.
+    using Raw = Pack<uint32_t, (sizeof(TC) * V + 3) / 4>;
+    Raw loaded[kSlots];
     bool reads[kSlots];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -100,8 +118,7 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
         o = o * static_cast<int32_t>(g.out[d]) + run[d].o - i * run[d].o_step;
       }
       reads[s] = exists && static_cast<uint32_t>(o - l0) < static_cast<uint32_t>(lc);
-      if (reads[s])
-        loaded[s] = *reinterpret_cast<const Pack<TC, V>*>(base + (o - l0) * CK + static_cast<int64_t>(k) * Cg);
+      if (reads[s]) loaded[s] = load_raw<Raw, TC, V>(base + (o - l0) * CK + static_cast<int64_t>(k) * Cg);
     }
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];
@@ -110,8 +127,10 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 #pragma unroll
     for (int s = 0; s < kSlots; ++s)
       if (reads[s]) {
+        Pack<TC, V> p;
+        memcpy(&p, &loaded[s], sizeof(p));
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(loaded[s].v[v]));
+        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(p.v[v]));
       }
     Pack<TX, V> out;
 #pragma unroll
