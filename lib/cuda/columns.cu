@@ -72,11 +72,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 }
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
-// every kernel tap into row (n, l), at (group, tap, channel-in-group);
-// kUnfoldBatch taps' loads at a time are issued before their stores (a store
-// waits for its load: one tap at a time had one load in flight a thread).
-constexpr int kUnfoldBatch = 4;
-
+// every kernel tap into row (n, l), at (group, tap, channel-in-group).
 template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -95,22 +91,16 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     U* dst = cols + row * C * K + gi * K * Cg + j0;
 #pragma unroll
     for (int d = 0; d < ND; ++d) k[d] = 0;
-    for (int64_t kk = 0; kk < K; kk += kUnfoldBatch, dst += kUnfoldBatch * Cg) {
-      Pack<U, V> p[kUnfoldBatch];
+    for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
+      const int64_t s = source_offset_at<ND>(g, origin, k);
+      Pack<U, V> p;
+      if (s >= 0) {
+        p = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
+      } else {
 #pragma unroll
-      for (int b = 0; b < kUnfoldBatch; ++b) {
-        const int64_t s = kk + b < K ? source_offset_at<ND>(g, origin, k) : -1;
-        if (s >= 0) {
-          p[b] = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
-        } else {
-#pragma unroll
-          for (int v = 0; v < V; ++v) p[b].v[v] = U(0);
-        }
-        increment<ND>(k, g.kernel);
+        for (int v = 0; v < V; ++v) p.v[v] = U(0);
       }
-#pragma unroll
-      for (int b = 0; b < kUnfoldBatch; ++b)
-        if (kk + b < K) *reinterpret_cast<Pack<U, V>*>(dst + b * Cg) = p[b];
+      *reinterpret_cast<Pack<U, V>*>(dst) = p;
     }
   }
 }

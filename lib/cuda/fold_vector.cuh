@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "../geometry.h"
 #include "device_util.cuh"
@@ -18,6 +19,9 @@
 namespace im2col::cuda {
 
 constexpr int64_t kFoldVectorMaxStride = 2;
+// Taps along the line whose loads a thread issues before their adds (one tap
+// at a time had two loads in flight a thread: latency-bound).
+constexpr int kFoldVectorBatch = 4;
 
 // Whether the kernel applies with vectors of V elements.
 inline bool fold_cf_vector_applies(const Geometry& g, const ColumnsLayout& lay, int64_t V) {
@@ -63,7 +67,9 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   const int32_t out_last = static_cast<int32_t>(g.out[ND - 1]), kw = static_cast<int32_t>(g.kernel[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
-  const Pack<TC, V> zero{};
+  // Loaded as raw 32-bit words (a bfloat16 vector otherwise held a register
+  // an element, fold_cl_taps.cuh).
+  using Raw = Pack<uint32_t, sizeof(Pack<TC, V>) / 4>;
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {
     int64_t line, run, plane, inner, n, c;
     divmod(t, static_cast<int64_t>(runs), line, run);
@@ -86,18 +92,33 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
       const int32_t line_start = o_outer * out_last;
       if (line_start < l0 || line_start >= l0 + lc) return;  // lines are whole in the chunk
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
-      for (int32_t j = 0; j < kw; ++j, row += lay.row_stride) {
-        int32_t phase;
-        const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);  // of the phase's element 0
-        if (first + V <= 0 || first >= out_last) continue;
-        const int32_t shift = first & (V - 1), base = first - shift;
-        const Pack<TC, V> a = base >= 0 ? *reinterpret_cast<const Pack<TC, V>*>(row + base) : zero;
-        const Pack<TC, V> b = shift != 0 && base + V < out_last
-                                  ? *reinterpret_cast<const Pack<TC, V>*>(row + base + V)
-                                  : zero;
+      for (int32_t j0 = 0; j0 < kw; j0 += kFoldVectorBatch, row += kFoldVectorBatch * lay.row_stride) {
+        Raw a[kFoldVectorBatch], b[kFoldVectorBatch];
+        int32_t first[kFoldVectorBatch], phase[kFoldVectorBatch];  // first: of the phase's element 0
 #pragma unroll
-        for (int p = 0; p < S; ++p)
-          if (p == phase) add_shifted_by<0>(shift, acc[p], a, b, first, out_last);
+        for (int i = 0; i < kFoldVectorBatch; ++i) {
+          a[i] = b[i] = Raw{};
+          first[i] = out_last;  // no entry of the line
+          phase[i] = 0;
+          if (j0 + i >= kw) continue;
+          const int32_t f = strided_position<int32_t>(g, ND - 1, w0, j0 + i, S, &phase[i]);
+          if (f + V <= 0 || f >= out_last) continue;
+          first[i] = f;
+          const int32_t shift = f & (V - 1), base = f - shift;
+          const TC* r = row + i * lay.row_stride;
+          if (base >= 0) a[i] = *reinterpret_cast<const Raw*>(r + base);
+          if (shift != 0 && base + V < out_last) b[i] = *reinterpret_cast<const Raw*>(r + base + V);
+        }
+#pragma unroll
+        for (int i = 0; i < kFoldVectorBatch; ++i) {
+          if (first[i] >= out_last) continue;
+          Pack<TC, V> pa, pb;
+          memcpy(&pa, &a[i], sizeof(pa));
+          memcpy(&pb, &b[i], sizeof(pb));
+#pragma unroll
+          for (int p = 0; p < S; ++p)
+            if (p == phase[i]) add_shifted_by<0>(first[i] & (V - 1), acc[p], pa, pb, first[i], out_last);
+        }
       }
     });
 #pragma unroll
