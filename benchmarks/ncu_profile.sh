@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/ncu_profile.sh [columns|depthwise|grouped|implicit]
 #     columns:   unfold / fold (benchmarks/profile_columns.py), the default
+#     folds:     the staged, vector and unrolled-taps folds (benchmarks/profile_folds.py)
 #     depthwise: the direct depthwise kernels (benchmarks/profile_depthwise.py)
 #     grouped:   the direct grouped kernels (benchmarks/profile_grouped.py)
 #     implicit:  the implicit GEMM and its layout kernels (benchmarks/profile_implicit.py)
@@ -18,6 +19,7 @@ OUT=${OUT:-$PWD/bench_out}
 mkdir -p "$OUT"
 case "${1:-columns}" in
   columns) script=benchmarks/profile_columns.py; kernels="(unfold|fold)_c[fl]" ;;
+  folds) script=benchmarks/profile_folds.py; kernels="fold_(planes|cf_vector|cl_taps)" ;;
   depthwise) script=benchmarks/profile_depthwise.py; kernels="(depthwise|filter)_" ;;
   grouped) script=benchmarks/profile_grouped.py; kernels="(grouped|filter_|forward_kernel|backward_data_kernel)" ;;
   implicit) script=benchmarks/profile_implicit.py; kernels="(implicit_|to_channels_last)" ;;

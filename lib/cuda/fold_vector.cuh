@@ -19,9 +19,15 @@
 namespace im2col::cuda {
 
 constexpr int64_t kFoldVectorMaxStride = 2;
-// Taps along the line whose loads a thread issues before their adds (one tap
-// at a time had two loads in flight a thread: latency-bound).
-constexpr int kFoldVectorBatch = 4;
+// Taps along the line whose loads a thread issues before their adds: 4 for
+// 2-byte types (one at a time, two loads in flight a thread, the bfloat16
+// rows were latency-bound); 1 for the others, whose occupancy the batch's
+// registers cut (42 -> 64 a thread: the float32 rows 5-16 points slower,
+// step 59).
+template <typename TC>
+constexpr int fold_vector_batch() {
+  return sizeof(TC) == 2 ? 4 : 1;
+}
 
 // Whether the kernel applies with vectors of V elements.
 inline bool fold_cf_vector_applies(const Geometry& g, const ColumnsLayout& lay, int64_t V) {
@@ -70,6 +76,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   // Loaded as raw 32-bit words (a bfloat16 vector otherwise held a register
   // an element, fold_cl_taps.cuh).
   using Raw = Pack<uint32_t, sizeof(Pack<TC, V>) / 4>;
+  constexpr int B = fold_vector_batch<TC>();
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {
     int64_t line, run, plane, inner, n, c;
     divmod(t, static_cast<int64_t>(runs), line, run);
@@ -92,11 +99,11 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
       const int32_t line_start = o_outer * out_last;
       if (line_start < l0 || line_start >= l0 + lc) return;  // lines are whole in the chunk
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
-      for (int32_t j0 = 0; j0 < kw; j0 += kFoldVectorBatch, row += kFoldVectorBatch * lay.row_stride) {
-        Raw a[kFoldVectorBatch], b[kFoldVectorBatch];
-        int32_t first[kFoldVectorBatch], phase[kFoldVectorBatch];  // first: of the phase's element 0
+      for (int32_t j0 = 0; j0 < kw; j0 += B, row += B * lay.row_stride) {
+        Raw a[B], b[B];
+        int32_t first[B], phase[B];  // first: of the phase's element 0
 #pragma unroll
-        for (int i = 0; i < kFoldVectorBatch; ++i) {
+        for (int i = 0; i < B; ++i) {
           a[i] = b[i] = Raw{};
           first[i] = out_last;  // no entry of the line
           phase[i] = 0;
@@ -110,7 +117,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
           if (shift != 0 && base + V < out_last) b[i] = *reinterpret_cast<const Raw*>(r + base + V);
         }
 #pragma unroll
-        for (int i = 0; i < kFoldVectorBatch; ++i) {
+        for (int i = 0; i < B; ++i) {
           if (first[i] >= out_last) continue;
           Pack<TC, V> pa, pb;
           memcpy(&pa, &a[i], sizeof(pa));
