@@ -5,7 +5,10 @@
 // position; where that is at most T (2-4) in every dimension and T^ND is at
 // most kFoldTapsSlots, the T^ND candidate taps are unrolled at compile time,
 // each load predicated on its tap existing, and every load is issued before
-// the first add. The per-run loop of fold_cl_kernel had one load in flight a
+// the first add. A candidate's column entry and output position are the
+// first tap's plus steps per dimension fixed at launch (FoldTapsPlan): an
+// add each, where the flat tap and position cost ~48 instructions a tap
+// (ncu: the stem's fold issue-bound, step 59). The per-run loop of fold_cl_kernel had one load in flight a
 // thread where runs are shorter than its unroll (1-2 taps at stride 2, 3 at
 // stride 1). Each element still sums its taps in increasing order.
 #pragma once
@@ -26,6 +29,14 @@ struct FoldTapsPlan {
   int32_t items = 0;  // threads' work items: images x positions x units
   int32_t units_per_group = 0;
   FastDiv by_units, by_positions, by_group_units, by_last, by_middle;
+  // The next tap along dimension d (tap + tap_step, output position -
+  // out_step): the column entry's offset moves by entry_step[d] and the flat
+  // output position by -position_step[d]; position_stride[d] and
+  // tap_stride[d] flatten positions and taps.
+  int64_t entry_step[kMaxSpatial] = {0, 0, 0};
+  int32_t position_step[kMaxSpatial] = {0, 0, 0};
+  int32_t position_stride[kMaxSpatial] = {0, 0, 0};
+  int32_t tap_stride[kMaxSpatial] = {0, 0, 0};
 };
 
 constexpr int64_t fold_taps_slots(int64_t taps, int nd) {
@@ -53,6 +64,15 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   p->by_group_units = FastDiv(Cg / V);
   p->by_last = FastDiv(g.in[g.nd - 1]);
   p->by_middle = FastDiv(g.nd == 3 ? g.in[1] : 1);
+  int64_t positions = 1, taps = 1;
+  for (int d = g.nd - 1; d >= 0; --d) {
+    p->position_stride[d] = static_cast<int32_t>(positions);
+    p->tap_stride[d] = static_cast<int32_t>(taps);
+    p->position_step[d] = static_cast<int32_t>(g.out_step[d] * positions);
+    p->entry_step[d] = g.tap_step[d] * taps * Cg - g.out_step[d] * positions * C * g.kernel_size;
+    positions *= g.out[d];
+    taps *= g.kernel[d];
+  }
   return true;
 }
 
@@ -96,10 +116,19 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
       p.by_last.divmod(qi, plane, q[2]);
       p.by_middle.divmod(plane, q[0], q[1]);
     }
-    TapRun<int32_t> run[ND];
+    // The first tap reading q along each dimension (its entry and output
+    // position); slot (i_0, ...) is tap i_d of each dimension's run, whose
+    // entry and position are linear in the i_d.
+    int32_t count[ND], o = 0, k = 0;
 #pragma unroll
-    for (int d = 0; d < ND; ++d) run[d] = taps_reading<int32_t>(g, d, q[d]);
-    const TC* base = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V;
+    for (int d = 0; d < ND; ++d) {
+      const TapRun<int32_t> run = taps_reading<int32_t>(g, d, q[d]);
+      count[d] = run.count;
+      o += run.o * p.position_stride[d];
+      k += run.k * p.tap_stride[d];
+    }
+    const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V +
+                      (o - l0) * CK + static_cast<int64_t>(k) * Cg;
     // Loaded as raw 32-bit words: Pack<bfloat16, 8> held its 8 elements in 8
     // registers (118 a thread, 3x3 taps); as 4 words it takes 4.
     using Raw = Pack<uint32_t, (sizeof(TC) * V + 3) / 4>;
@@ -107,18 +136,19 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     bool reads[kSlots];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-      int32_t k = 0, o = 0, stride = kSlots;
+      int64_t entry = 0;
+      int32_t o_slot = o - l0, stride = kSlots;
       bool exists = true;
 #pragma unroll
       for (int d = 0; d < ND; ++d) {
         stride /= T;
-        const int32_t i = (s / stride) % T;
-        exists = exists && i < run[d].count;
-        k = k * static_cast<int32_t>(g.kernel[d]) + run[d].k + i * run[d].k_step;
-        o = o * static_cast<int32_t>(g.out[d]) + run[d].o - i * run[d].o_step;
+        const int i = (s / stride) % T;
+        exists = exists && i < count[d];
+        entry += i * p.entry_step[d];
+        o_slot -= i * p.position_step[d];
       }
-      reads[s] = exists && static_cast<uint32_t>(o - l0) < static_cast<uint32_t>(lc);
-      if (reads[s]) loaded[s] = load_raw<Raw, TC, V>(base + (o - l0) * CK + static_cast<int64_t>(k) * Cg);
+      reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
+      if (reads[s]) loaded[s] = load_raw<Raw, TC, V>(first + entry);
     }
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];
@@ -127,10 +157,10 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 #pragma unroll
     for (int s = 0; s < kSlots; ++s)
       if (reads[s]) {
-        Pack<TC, V> p;
-        memcpy(&p, &loaded[s], sizeof(p));
+        Pack<TC, V> e;
+        memcpy(&e, &loaded[s], sizeof(e));
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(p.v[v]));
+        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(e.v[v]));
       }
     Pack<TX, V> out;
 #pragma unroll
