@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../geometry.h"
 #include "device_util.cuh"
@@ -172,26 +171,16 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
         for (int32_t j = 0; j < kw; ++j, rows += lc) {
           int32_t phase;
           const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);
-          auto add_run = [&](auto bounded) {
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-              const int32_t o = first + v;
-              if (!decltype(bounded)::value ||
-                  (static_cast<uint32_t>(o) < static_cast<uint32_t>(ow) &&
-                   static_cast<uint32_t>(line_start + o - l0) < static_cast<uint32_t>(lc))) {
-                const A e = static_cast<A>(to_acc(rows[o]));
+          for (int v = 0; v < V; ++v) {
+            const int32_t o = first + v;
+            if (static_cast<uint32_t>(o) < static_cast<uint32_t>(ow) &&
+                static_cast<uint32_t>(line_start + o - l0) < static_cast<uint32_t>(lc)) {
+              const A e = static_cast<A>(to_acc(rows[o]));
 #pragma unroll
-                for (int h = 0; h < S; ++h)
-                  if (h == phase) acc[h][v] += e;
-              }
+              for (int h = 0; h < S; ++h)
+                if (h == phase) acc[h][v] += e;
             }
-          };
-          // Runs wholly inside the line and the chunk (most of them) skip the
-          // per-element bounds.
-          if (first >= 0 && first + V <= ow && line_start + first - l0 >= 0 && line_start + first + V - l0 <= lc) {
-            add_run(std::false_type{});
-          } else {
-            add_run(std::true_type{});
           }
         }
       });

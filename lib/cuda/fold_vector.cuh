@@ -21,9 +21,9 @@ namespace im2col::cuda {
 constexpr int64_t kFoldVectorMaxStride = 2;
 // Taps along the line whose loads a thread issues before their adds: 4 for
 // 2-byte types (one at a time, two loads in flight a thread, the bfloat16
-// rows were latency-bound); 1 for the others, whose occupancy the batch's
-// registers cut (42 -> 64 a thread: the float32 rows 5-16 points slower,
-// step 59).
+// rows were latency-bound); 1 for the others, one tap at a time as before
+// (batched, their occupancy fell to the batch's registers, 42 -> 64 a
+// thread, and the float32 rows were 4-16 points slower, step 59).
 template <typename TC>
 constexpr int fold_vector_batch() {
   return sizeof(TC) == 2 ? 4 : 1;
@@ -99,6 +99,22 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
       const int32_t line_start = o_outer * out_last;
       if (line_start < l0 || line_start >= l0 + lc) return;  // lines are whole in the chunk
       const TC* row = image + static_cast<int64_t>(k_outer) * kw * lay.row_stride + line_start;
+      if constexpr (B == 1) {
+        for (int32_t j = 0; j < kw; ++j, row += lay.row_stride) {
+          int32_t phase;
+          const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);  // of the phase's element 0
+          if (first + V <= 0 || first >= out_last) continue;
+          const int32_t shift = first & (V - 1), base = first - shift;
+          const Pack<TC, V> a = base >= 0 ? *reinterpret_cast<const Pack<TC, V>*>(row + base) : Pack<TC, V>{};
+          const Pack<TC, V> b = shift != 0 && base + V < out_last
+                                    ? *reinterpret_cast<const Pack<TC, V>*>(row + base + V)
+                                    : Pack<TC, V>{};
+#pragma unroll
+          for (int p = 0; p < S; ++p)
+            if (p == phase) add_shifted_by<0>(shift, acc[p], a, b, first, out_last);
+        }
+        return;
+      }
       for (int32_t j0 = 0; j0 < kw; j0 += B, row += B * lay.row_stride) {
         Raw a[B], b[B];
         int32_t first[B], phase[B];  // first: of the phase's element 0
