@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "columns.h"
-#include "fold_taps.cuh"
+#include "fold_cl_taps.cuh"
 #include "fold_staged.cuh"
 #include "fold_vector.cuh"
 #include "device_util.cuh"
@@ -440,9 +440,9 @@ bool staged_fold_on() {
   return on;
 }
 
-// JAX_IM2COL_NO_FOLD_TAPS=1 leaves the fold to the kernels before step 59
-// (fold_cl_kernel; the staged, vector and per-run channels-first ones): the
-// benchmark's same-run comparison (BENCHMARKS.md, step 59).
+// JAX_IM2COL_NO_FOLD_TAPS=1 leaves the channels-last fold to the per-run
+// loop of fold_cl_kernel: the benchmark's same-run comparison (BENCHMARKS.md,
+// step 59).
 bool fold_taps_on() {
   static const bool on = [] {
     const char* v = std::getenv("JAX_IM2COL_NO_FOLD_TAPS");
@@ -451,17 +451,13 @@ bool fold_taps_on() {
   return on;
 }
 
-// Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4
-// (those whose T^ND slots plan_fold_taps allows).
-template <int ND, typename Fn>
+// Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4.
+template <typename Fn>
 void with_taps_bound(int64_t taps, Fn&& fn) {
-  auto call = [&](auto t) {
-    if constexpr (fold_taps_slots(decltype(t)::value, ND) <= kFoldTapsSlots) fn(t);
-  };
   switch (taps) {
-    case 2: call(std::integral_constant<int, 2>{}); break;
-    case 3: call(std::integral_constant<int, 3>{}); break;
-    default: call(std::integral_constant<int, 4>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    default: fn(std::integral_constant<int, 4>{}); break;
   }
 }
 
@@ -487,21 +483,23 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   constexpr int Vcf = V < 4 ? V : 4;
   const TC* cols = static_cast<const TC*>(colsv);
   TX* x = static_cast<TX*>(xv);
-  // Few taps a position: all of a thread's loads in flight (fold_taps.cuh).
-  FoldTapsPlan tp;
   if (channels_last) {
     const int64_t rows = nc * g.in_size;
     const int64_t Cg = C / lay.groups;
     const bool vectors = Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V);
-    if (fold_taps_on() && plan_fold_taps(g, lay, C, nc, vectors ? V : 1, true, &tp)) {
-      with_taps_bound<ND>(tp.taps, [&](auto taps) {
+    // Few taps a position: all of a thread's loads in flight (fold_cl_taps.cuh).
+    FoldTapsPlan tp;
+    if (fold_taps_on() && plan_fold_taps(g, C, lay.groups, nc, vectors ? V : 1, &tp)) {
+      with_taps_bound(tp.taps, [&](auto taps) {
         constexpr int T = decltype(taps)::value;
-        if (vectors) {
-          fold_cl_taps_kernel<ND, T, TC, TX, V><<<blocks_for(tp.items), kThreads, 0, stream>>>(
-              cols, x, g, C, n0, lay, tp, accumulate);
-        } else {
-          fold_cl_taps_kernel<ND, T, TC, TX, 1><<<blocks_for(tp.items), kThreads, 0, stream>>>(
-              cols, x, g, C, n0, lay, tp, accumulate);
+        if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots) {
+          if (vectors) {
+            fold_cl_taps_kernel<ND, T, TC, TX, V><<<blocks_for(tp.items), kThreads, 0, stream>>>(
+                cols, x, g, C, n0, lay, tp, accumulate);
+          } else {
+            fold_cl_taps_kernel<ND, T, TC, TX, 1><<<blocks_for(tp.items), kThreads, 0, stream>>>(
+                cols, x, g, C, n0, lay, tp, accumulate);
+          }
         }
       });
       return cudaGetLastError();
@@ -513,13 +511,6 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
       fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
     }
-    return cudaGetLastError();
-  }
-  if (fold_taps_on() && plan_fold_taps(g, lay, C, nc, 1, false, &tp)) {
-    with_taps_bound<ND>(tp.taps, [&](auto taps) {
-      fold_cf_taps_kernel<ND, decltype(taps)::value, TC, TX><<<blocks_for(tp.items), kThreads, 0, stream>>>(
-          cols, x, g, C, n0, lay, tp, accumulate);
-    });
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];

@@ -74,7 +74,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
   // Loaded as raw 32-bit words (a bfloat16 vector otherwise held a register
-  // an element, fold_taps.cuh).
+  // an element, fold_cl_taps.cuh).
   using Raw = Pack<uint32_t, sizeof(Pack<TC, V>) / 4>;
   constexpr int B = fold_vector_batch<TC>();
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {

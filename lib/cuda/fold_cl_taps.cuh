@@ -1,0 +1,172 @@
+// Channels-last fold with all of a thread's loads in flight at once
+// (columns.cu chooses it). A thread sums V channels of one input position: one
+// 16-byte vector, or one element (V == 1) where channels do not make whole
+// vectors. Along dimension d at most ceil(kernel / tap_step) taps read a
+// position; where that is at most T (2-4) in every dimension and T^ND is at
+// most kFoldTapsSlots, the T^ND candidate taps are unrolled at compile time,
+// each load predicated on its tap existing, and every load is issued before
+// the first add. A candidate's column entry and output position are the
+// first tap's plus steps per dimension fixed at launch (FoldTapsPlan): an
+// add each, where the flat tap and position cost ~48 instructions a tap
+// (ncu: the stem's fold issue-bound, step 59). The per-run loop of fold_cl_kernel had one load in flight a
+// thread where runs are shorter than its unroll (1-2 taps at stride 2, 3 at
+// stride 1). Each element still sums its taps in increasing order.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "../geometry.h"
+#include "device_util.cuh"
+
+namespace im2col::cuda {
+
+constexpr int64_t kFoldTapsMax = 4;    // taps per dimension
+constexpr int64_t kFoldTapsSlots = 16;  // taps a thread, over all dimensions
+
+struct FoldTapsPlan {
+  int64_t taps = 0;   // T: the bound on the taps reading a position along a dimension
+  int32_t items = 0;  // threads' work items: images x positions x units
+  int32_t units_per_group = 0;
+  FastDiv by_units, by_positions, by_group_units, by_last, by_middle;
+  // The next tap along dimension d (tap + tap_step, output position -
+  // out_step): the column entry's offset moves by entry_step[d] and the flat
+  // output position by -position_step[d]; position_stride[d] and
+  // tap_stride[d] flatten positions and taps.
+  int64_t entry_step[kMaxSpatial] = {0, 0, 0};
+  int32_t position_step[kMaxSpatial] = {0, 0, 0};
+  int32_t position_stride[kMaxSpatial] = {0, 0, 0};
+  int32_t tap_stride[kMaxSpatial] = {0, 0, 0};
+};
+
+constexpr int64_t fold_taps_slots(int64_t taps, int nd) {
+  return nd == 1 ? taps : taps * fold_taps_slots(taps, nd - 1);
+}
+
+// Whether the kernel applies, V channels a thread, to images [n0, n0 + nc).
+inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t nc, int64_t V,
+                           FoldTapsPlan* p) {
+  const int64_t Cg = C / groups;
+  if (Cg % V != 0) return false;
+  int64_t T = 2;
+  for (int d = 0; d < g.nd; ++d)
+    T = std::max(T, (g.kernel[d] + g.tap_step[d] - 1) / g.tap_step[d]);
+  if (T > kFoldTapsMax || fold_taps_slots(T, g.nd) > kFoldTapsSlots) return false;
+  const int64_t units = C / V;
+  const int64_t items = nc * g.in_size * units;
+  constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
+  if (items > kMax32 || g.out_size > kMax32 || g.kernel_size * C > kMax32) return false;
+  p->taps = T;
+  p->items = static_cast<int32_t>(items);
+  p->units_per_group = static_cast<int32_t>(Cg / V);
+  p->by_units = FastDiv(units);
+  p->by_positions = FastDiv(g.in_size);
+  p->by_group_units = FastDiv(Cg / V);
+  p->by_last = FastDiv(g.in[g.nd - 1]);
+  p->by_middle = FastDiv(g.nd == 3 ? g.in[1] : 1);
+  int64_t positions = 1, taps = 1;
+  for (int d = g.nd - 1; d >= 0; --d) {
+    p->position_stride[d] = static_cast<int32_t>(positions);
+    p->tap_stride[d] = static_cast<int32_t>(taps);
+    p->position_step[d] = static_cast<int32_t>(g.out_step[d] * positions);
+    p->entry_step[d] = g.tap_step[d] * taps * Cg - g.out_step[d] * positions * C * g.kernel_size;
+    positions *= g.out[d];
+    taps *= g.kernel[d];
+  }
+  return true;
+}
+
+// V elements at src as whole words, or one 2-byte element in the low half of
+// a word (a memcpy of it compiled to byte loads: the stem's fold took 1.5x).
+template <typename Raw, typename TC, int V>
+__device__ __forceinline__ Raw load_raw(const TC* src) {
+  Raw r;
+  if constexpr (sizeof(TC) * V == sizeof(Raw)) {
+    r = *reinterpret_cast<const Raw*>(src);
+  } else {
+    static_assert(sizeof(TC) * V == 2, "whole words or one 2-byte element");
+    r.v[0] = *reinterpret_cast<const uint16_t*>(src);
+  }
+  return r;
+}
+
+template <int ND, int T, typename TC, typename TX, int V>
+__global__ void __launch_bounds__(kThreads)
+fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
+                    ColumnsLayout lay, FoldTapsPlan p, bool accumulate) {
+  using A = typename Acc<TX>::type;
+  constexpr int kSlots = static_cast<int>(fold_taps_slots(T, ND));
+  const int64_t CK = C * g.kernel_size;
+  const int32_t Cg = static_cast<int32_t>(C / lay.groups), K = static_cast<int32_t>(g.kernel_size);
+  const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
+  const int32_t start = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int32_t step = static_cast<int32_t>(gridDim.x * blockDim.x);
+  for (int32_t t = start; t < p.items; t += step) {
+    int32_t position, unit, n, qi, gi, u;
+    p.by_units.divmod(t, position, unit);
+    p.by_positions.divmod(position, n, qi);
+    p.by_group_units.divmod(unit, gi, u);
+    int32_t q[kMaxSpatial];
+    if constexpr (ND == 1) {
+      q[0] = qi;
+    } else if constexpr (ND == 2) {
+      p.by_last.divmod(qi, q[0], q[1]);
+    } else {
+      int32_t plane;
+      p.by_last.divmod(qi, plane, q[2]);
+      p.by_middle.divmod(plane, q[0], q[1]);
+    }
+    // The first tap reading q along each dimension (its entry and output
+    // position); slot (i_0, ...) is tap i_d of each dimension's run, whose
+    // entry and position are linear in the i_d.
+    int32_t count[ND], o = 0, k = 0;
+#pragma unroll
+    for (int d = 0; d < ND; ++d) {
+      const TapRun<int32_t> run = taps_reading<int32_t>(g, d, q[d]);
+      count[d] = run.count;
+      o += run.o * p.position_stride[d];
+      k += run.k * p.tap_stride[d];
+    }
+    const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V +
+                      (o - l0) * CK + static_cast<int64_t>(k) * Cg;
+    // Loaded as raw 32-bit words: Pack<bfloat16, 8> held its 8 elements in 8
+    // registers (118 a thread, 3x3 taps); as 4 words it takes 4.
+    using Raw = Pack<uint32_t, (sizeof(TC) * V + 3) / 4>;
+    Raw loaded[kSlots];
+    bool reads[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      int64_t entry = 0;
+      int32_t o_slot = o - l0, stride = kSlots;
+      bool exists = true;
+#pragma unroll
+      for (int d = 0; d < ND; ++d) {
+        stride /= T;
+        const int i = (s / stride) % T;
+        exists = exists && i < count[d];
+        entry += i * p.entry_step[d];
+        o_slot -= i * p.position_step[d];
+      }
+      reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
+      if (reads[s]) loaded[s] = load_raw<Raw, TC, V>(first + entry);
+    }
+    TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = accumulate ? static_cast<A>(to_acc(xq[v])) : A(0);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s)
+      if (reads[s]) {
+        Pack<TC, V> e;
+        memcpy(&e, &loaded[s], sizeof(e));
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(e.v[v]));
+      }
+    Pack<TX, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.v[v] = store_value<TX>(acc[v]);
+    *reinterpret_cast<Pack<TX, V>*>(xq) = out;
+  }
+}
+
+}  // namespace im2col::cuda
