@@ -5,12 +5,13 @@
 // position; where that is at most T (2-4) in every dimension and T^ND is at
 // most kFoldTapsSlots, the T^ND candidate taps are unrolled at compile time,
 // each load predicated on its tap existing, and every load is issued before
-// the first add. A candidate's column entry and output position are the
-// first tap's plus steps per dimension fixed at launch (FoldTapsPlan): an
-// add each, where the flat tap and position cost ~48 instructions a tap
-// (ncu: the stem's fold issue-bound, step 59). The per-run loop of fold_cl_kernel had one load in flight a
-// thread where runs are shorter than its unroll (1-2 taps at stride 2, 3 at
-// stride 1). Each element still sums its taps in increasing order.
+// the first add (fold_cl_kernel's per-run loop had one load in flight a
+// thread where runs are shorter than its unroll: 1-2 taps at stride 2, 3 at
+// stride 1). A candidate's column entry and output position are the first
+// tap's plus steps per dimension fixed at launch (FoldTapsPlan): an add each
+// (flattening each candidate's tap and position made the stem's fold
+// issue-bound, step 59). Each element still sums its taps in increasing
+// order.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,6 @@ constexpr int64_t kFoldTapsSlots = 16;  // taps a thread, over all dimensions
 struct FoldTapsPlan {
   int64_t taps = 0;   // T: the bound on the taps reading a position along a dimension
   int32_t items = 0;  // threads' work items: images x positions x units
-  int32_t units_per_group = 0;
   FastDiv by_units, by_positions, by_group_units, by_last, by_middle;
   // The next tap along dimension d (tap + tap_step, output position -
   // out_step): the column entry's offset moves by entry_step[d] and the flat
@@ -55,10 +55,10 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   const int64_t units = C / V;
   const int64_t items = nc * g.in_size * units;
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
-  if (items > kMax32 || g.out_size > kMax32 || g.kernel_size * C > kMax32) return false;
+  // Items in 32 bits with room for the grid-stride loop's last step.
+  if (items > (int64_t{1} << 30) || g.out_size > kMax32 || g.kernel_size * C > kMax32) return false;
   p->taps = T;
   p->items = static_cast<int32_t>(items);
-  p->units_per_group = static_cast<int32_t>(Cg / V);
   p->by_units = FastDiv(units);
   p->by_positions = FastDiv(g.in_size);
   p->by_group_units = FastDiv(Cg / V);
@@ -66,6 +66,7 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   p->by_middle = FastDiv(g.nd == 3 ? g.in[1] : 1);
   int64_t positions = 1, taps = 1;
   for (int d = g.nd - 1; d >= 0; --d) {
+    if (T * g.out_step[d] * positions > kMax32) return false;  // a slot's position in 32 bits
     p->position_stride[d] = static_cast<int32_t>(positions);
     p->tap_stride[d] = static_cast<int32_t>(taps);
     p->position_step[d] = static_cast<int32_t>(g.out_step[d] * positions);

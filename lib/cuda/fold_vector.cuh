@@ -113,34 +113,34 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
           for (int p = 0; p < S; ++p)
             if (p == phase) add_shifted_by<0>(shift, acc[p], a, b, first, out_last);
         }
-        return;
-      }
-      for (int32_t j0 = 0; j0 < kw; j0 += B, row += B * lay.row_stride) {
-        Raw a[B], b[B];
-        int32_t first[B], phase[B];  // first: of the phase's element 0
+      } else {
+        for (int32_t j0 = 0; j0 < kw; j0 += B, row += B * lay.row_stride) {
+          Raw a[B], b[B];
+          int32_t first[B], phase[B];  // first: of the phase's element 0
 #pragma unroll
-        for (int i = 0; i < B; ++i) {
-          a[i] = b[i] = Raw{};
-          first[i] = out_last;  // no entry of the line
-          phase[i] = 0;
-          if (j0 + i >= kw) continue;
-          const int32_t f = strided_position<int32_t>(g, ND - 1, w0, j0 + i, S, &phase[i]);
-          if (f + V <= 0 || f >= out_last) continue;
-          first[i] = f;
-          const int32_t shift = f & (V - 1), base = f - shift;
-          const TC* r = row + i * lay.row_stride;
-          if (base >= 0) a[i] = *reinterpret_cast<const Raw*>(r + base);
-          if (shift != 0 && base + V < out_last) b[i] = *reinterpret_cast<const Raw*>(r + base + V);
-        }
+          for (int i = 0; i < B; ++i) {
+            a[i] = b[i] = Raw{};
+            first[i] = out_last;  // no entry of the line
+            phase[i] = 0;
+            if (j0 + i >= kw) continue;
+            const int32_t f = strided_position<int32_t>(g, ND - 1, w0, j0 + i, S, &phase[i]);
+            if (f + V <= 0 || f >= out_last) continue;
+            first[i] = f;
+            const int32_t shift = f & (V - 1), base = f - shift;
+            const TC* r = row + i * lay.row_stride;
+            if (base >= 0) a[i] = *reinterpret_cast<const Raw*>(r + base);
+            if (shift != 0 && base + V < out_last) b[i] = *reinterpret_cast<const Raw*>(r + base + V);
+          }
 #pragma unroll
-        for (int i = 0; i < B; ++i) {
-          if (first[i] >= out_last) continue;
-          Pack<TC, V> pa, pb;
-          memcpy(&pa, &a[i], sizeof(pa));
-          memcpy(&pb, &b[i], sizeof(pb));
+          for (int i = 0; i < B; ++i) {
+            if (first[i] >= out_last) continue;
+            Pack<TC, V> pa, pb;
+            memcpy(&pa, &a[i], sizeof(pa));
+            memcpy(&pb, &b[i], sizeof(pb));
 #pragma unroll
-          for (int p = 0; p < S; ++p)
-            if (p == phase[i]) add_shifted_by<0>(first[i] & (V - 1), acc[p], pa, pb, first[i], out_last);
+            for (int p = 0; p < S; ++p)
+              if (p == phase[i]) add_shifted_by<0>(first[i] & (V - 1), acc[p], pa, pb, first[i], out_last);
+          }
         }
       }
     });
