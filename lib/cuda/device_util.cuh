@@ -18,6 +18,28 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
+// V elements of T held as raw 32-bit words by kernels that keep loads in
+// flight: a Pack<bfloat16, 8> held its 8 elements in 8 registers (118 a
+// thread in fold_cl_taps_kernel, step 59), as words it takes
+// 4. Unpacked (memcpy into a Pack) where the elements are added.
+template <typename T, int V>
+using RawWords = Pack<uint32_t, (sizeof(T) * V + 3) / 4>;
+
+// V elements at src as whole words, or one 2-byte element in the low half of
+// a word (a memcpy of it compiled to byte loads).
+template <typename T, int V>
+__device__ __forceinline__ RawWords<T, V> load_raw(const T* src) {
+  using Raw = RawWords<T, V>;
+  Raw r;
+  if constexpr (sizeof(T) * V == sizeof(Raw)) {
+    r = *reinterpret_cast<const Raw*>(src);
+  } else {
+    static_assert(sizeof(T) * V == 2, "whole words or one 2-byte element");
+    r.v[0] = *reinterpret_cast<const uint16_t*>(src);
+  }
+  return r;
+}
+
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
 

@@ -77,20 +77,6 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   return true;
 }
 
-// V elements at src as whole words, or one 2-byte element in the low half of
-// a word (a memcpy of it compiled to byte loads: the stem's fold took 1.5x).
-template <typename Raw, typename TC, int V>
-__device__ __forceinline__ Raw load_raw(const TC* src) {
-  Raw r;
-  if constexpr (sizeof(TC) * V == sizeof(Raw)) {
-    r = *reinterpret_cast<const Raw*>(src);
-  } else {
-    static_assert(sizeof(TC) * V == 2, "whole words or one 2-byte element");
-    r.v[0] = *reinterpret_cast<const uint16_t*>(src);
-  }
-  return r;
-}
-
 template <int ND, int T, typename TC, typename TX, int V>
 __global__ void __launch_bounds__(kThreads)
 fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
@@ -130,10 +116,7 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     }
     const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V +
                       (o - l0) * CK + static_cast<int64_t>(k) * Cg;
-    // Loaded as raw 32-bit words: Pack<bfloat16, 8> held its 8 elements in 8
-    // registers (118 a thread, 3x3 taps); as 4 words it takes 4.
-    using Raw = Pack<uint32_t, (sizeof(TC) * V + 3) / 4>;
-    Raw loaded[kSlots];
+    RawWords<TC, V> loaded[kSlots];
     bool reads[kSlots];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -149,7 +132,7 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
         o_slot -= i * p.position_step[d];
       }
       reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
-      if (reads[s]) loaded[s] = load_raw<Raw, TC, V>(first + entry);
+      if (reads[s]) loaded[s] = load_raw<TC, V>(first + entry);
     }
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];

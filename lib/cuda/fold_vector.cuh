@@ -73,9 +73,7 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   const int32_t out_last = static_cast<int32_t>(g.out[ND - 1]), kw = static_cast<int32_t>(g.kernel[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
   const int64_t K = g.kernel_size, lines_per_plane = g.in_size / width;
-  // Loaded as raw 32-bit words (a bfloat16 vector otherwise held a register
-  // an element, fold_cl_taps.cuh).
-  using Raw = Pack<uint32_t, sizeof(Pack<TC, V>) / 4>;
+  using Raw = RawWords<TC, V>;  // the batch's loads (device_util.cuh)
   constexpr int B = fold_vector_batch<TC>();
   for (int64_t t = grid_start(); t < lines * runs; t += grid_step()) {
     int64_t line, run, plane, inner, n, c;
@@ -128,8 +126,8 @@ fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
             first[i] = f;
             const int32_t shift = f & (V - 1), base = f - shift;
             const TC* r = row + i * lay.row_stride;
-            if (base >= 0) a[i] = *reinterpret_cast<const Raw*>(r + base);
-            if (shift != 0 && base + V < out_last) b[i] = *reinterpret_cast<const Raw*>(r + base + V);
+            if (base >= 0) a[i] = load_raw<TC, V>(r + base);
+            if (shift != 0 && base + V < out_last) b[i] = load_raw<TC, V>(r + base + V);
           }
 #pragma unroll
           for (int i = 0; i < B; ++i) {
