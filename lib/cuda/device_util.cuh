@@ -20,8 +20,8 @@ struct alignas(sizeof(T) * V) Pack {
 
 // V elements of T held as raw 32-bit words by kernels that keep loads in
 // flight: a Pack<bfloat16, 8> held its 8 elements in 8 registers (118 a
-// thread in fold_cl_taps_kernel, step 59), as words it takes
-// 4. Unpacked (memcpy into a Pack) where the elements are added.
+// thread in fold_cl_taps_kernel, step 59), as words it takes 4. Unpacked
+// (memcpy into a Pack) where the elements are added.
 template <typename T, int V>
 using RawWords = Pack<uint32_t, (sizeof(T) * V + 3) / 4>;
 
