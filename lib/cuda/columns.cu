@@ -15,7 +15,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 #include <cstdint>
 
@@ -430,28 +429,22 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
 }
 
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
-// per-thread gather: the benchmark's same-run comparison (BENCHMARKS.md,
-// step 58).
+// per-thread gather (BENCHMARKS.md, step 58).
 bool staged_fold_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("JAX_IM2COL_NO_STAGED_FOLD");
-    return v == nullptr || v[0] != '1';
-  }();
+  static const bool on = kernel_on("JAX_IM2COL_NO_STAGED_FOLD");
   return on;
 }
 
 // JAX_IM2COL_NO_FOLD_TAPS=1 leaves the channels-last fold to the per-run
-// loop of fold_cl_kernel: the benchmark's same-run comparison (BENCHMARKS.md,
-// step 59).
+// loop of fold_cl_kernel (BENCHMARKS.md, step 59).
 bool fold_taps_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("JAX_IM2COL_NO_FOLD_TAPS");
-    return v == nullptr || v[0] != '1';
-  }();
+  static const bool on = kernel_on("JAX_IM2COL_NO_FOLD_TAPS");
   return on;
 }
 
-// Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4.
+// Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4
+// (plan_fold_taps's; the caller instantiates only the T whose T^ND slots
+// that plan allows).
 template <typename Fn>
 void with_taps_bound(int64_t taps, Fn&& fn) {
   switch (taps) {

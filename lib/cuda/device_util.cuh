@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 namespace im2col::cuda {
@@ -96,6 +97,13 @@ cudaError_t with_element_bytes(size_t elem_bytes, Fn&& fn) {
     case 8: return fn(uint64_t{});
     default: return cudaErrorInvalidValue;
   }
+}
+
+// Whether the environment leaves a kernel on: off where variable `name` is
+// "1" (the benchmark's same-run comparisons). Callers cache the answer.
+inline bool kernel_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || v[0] != '1';
 }
 
 inline bool aligned_to(const void* p, size_t bytes) {

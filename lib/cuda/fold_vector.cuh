@@ -21,9 +21,10 @@ namespace im2col::cuda {
 constexpr int64_t kFoldVectorMaxStride = 2;
 // Taps along the line whose loads a thread issues before their adds: 4 for
 // 2-byte types (one at a time, two loads in flight a thread, the bfloat16
-// rows were latency-bound); 1 for the others, one tap at a time as before
-// (batched, their occupancy fell to the batch's registers, 42 -> 64 a
-// thread, and the float32 rows were 4-16 points slower, step 59).
+// rows were latency-bound); 1 for the others, in the loop as it was before
+// step 59 (batched, their occupancy fell to the batch's registers, 42 -> 64
+// a thread, float32 rows 4-16 points slower; the batched loop run with a
+// batch of 1 also lost: the stem 59 -> 47%, step 59 call 6).
 template <typename TC>
 constexpr int fold_vector_batch() {
   return sizeof(TC) == 2 ? 4 : 1;
