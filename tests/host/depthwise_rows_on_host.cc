@@ -40,11 +40,6 @@ Geometry random_geometry(int nd, bool unit_stride) {
   return g;
 }
 
-template <typename T>
-T small_value() {
-  return from_float<T>(static_cast<float>(draw(-4, 4)));
-}
-
 // One random case; returns whether the kernel matched the reference.
 template <int ND, typename T, typename TY>
 bool one_case(bool flip) {

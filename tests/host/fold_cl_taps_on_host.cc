@@ -20,11 +20,6 @@ namespace {
 
 int taken = 0;  // cases the plan took
 
-template <typename T>
-T small_value() {
-  return from_float<T>(static_cast<float>(draw(-4, 4)));
-}
-
 // Channels-last columns: (n, l, group, tap, channel) at
 // n * lc * C * K + (l - l0) * C * K + (group * K + tap) * Cg + channel.
 template <typename TC, typename TX>
@@ -74,12 +69,7 @@ bool taps_case() {
   const int64_t N = draw(1, 3), n0 = draw(0, static_cast<int>(N) - 1), nc = draw(1, static_cast<int>(N - n0));
   ColumnsLayout lay;
   lay.groups = groups;
-  lay.l0 = 0;
-  lay.lc = g.out_size;
-  if (draw(0, 1) == 0) {
-    lay.l0 = draw(0, static_cast<int>(g.out_size) - 1);
-    lay.lc = draw(1, static_cast<int>(g.out_size - lay.l0));
-  }
+  draw_chunk(g, &lay);
   FoldTapsPlan p;
   if (!plan_fold_taps(g, C, groups, nc, V, &p)) return true;
   ++taken;

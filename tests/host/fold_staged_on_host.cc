@@ -37,21 +37,6 @@ Geometry random_geometry(int nd, int in_max, int last_max, int S, bool lhs_dilat
   return g;
 }
 
-template <typename T>
-T small_value() {
-  return from_float<T>(static_cast<float>(draw(-4, 4)));
-}
-
-// Positions [l0, l0 + lc) of the columns: all, or a chunk drawn.
-void draw_chunk(const Geometry& g, ColumnsLayout* lay) {
-  lay->l0 = 0;
-  lay->lc = g.out_size;
-  if (draw(0, 1) == 0) {
-    lay->l0 = draw(0, static_cast<int>(g.out_size) - 1);
-    lay->lc = draw(1, static_cast<int>(g.out_size - lay->l0));
-  }
-}
-
 template <typename TX>
 bool compare(const std::vector<TX>& x, const std::vector<double>& want, const char* what, int nd, int64_t C) {
   for (size_t i = 0; i < x.size(); ++i) {

@@ -64,6 +64,22 @@ double to_double(T v) {
   else return static_cast<double>(v);
 }
 
+// A small integer (-4..4), so that the sums the tests form are exact.
+template <typename T>
+T small_value() {
+  return from_float<T>(static_cast<float>(draw(-4, 4)));
+}
+
+// Positions [l0, l0 + lc) of the columns: all, or a chunk drawn.
+inline void draw_chunk(const Geometry& g, ColumnsLayout* lay) {
+  lay->l0 = 0;
+  lay->lc = g.out_size;
+  if (draw(0, 1) == 0) {
+    lay->l0 = draw(0, static_cast<int>(g.out_size) - 1);
+    lay->lc = draw(1, static_cast<int>(g.out_size - lay->l0));
+  }
+}
+
 // The channels-first fold in float64: x (as given, or zero without
 // accumulate) plus the scatter of columns (n, c, k, l) at
 // n * image_stride + (c * K + k) * row_stride + l - l0 for images
