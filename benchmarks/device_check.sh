@@ -4,7 +4,7 @@
 #   bash benchmarks/device_check.sh            (from the repository root; writes under $OUT)
 #
 # Files written under $OUT (few, flat): env.txt, build.log, tests.log (the GPU
-# smoke check, then pytest), bench.log (benchmark progress), bench.json,
+# smoke check, then pytest), sanitizer.log (with SANITIZE), bench.log (benchmark progress), bench.json,
 # bench.md, bench.png. Each step runs even if the one before failed; a short
 # summary is printed last.
 #
@@ -18,6 +18,8 @@
 #   SKIP_SMOKE=1   skip benchmarks/gpu_smoke.py
 #   SKIP_TESTS=1   skip pytest
 #   SKIP_BENCH=1   skip the benchmark
+#   SANITIZE=memcheck   compute-sanitizer with that tool on SANITIZE_CMD (default
+#                  benchmarks/gpu_smoke.py) -> sanitizer.log; SANITIZE_TIMEOUT=180
 #   PYTEST_ARGS="-k conv -x"          pytest arguments (default: the GPU variants of every
 #                                     test, "-m gpu", in 8 workers; CI runs the CPU ones)
 #   BENCH_ARGS="--only conv --layouts cf"   extra benchmark arguments
@@ -120,6 +122,25 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   fi
 fi
 
+# ---------------------------------------------------------------- sanitizer
+# SANITIZE=memcheck (or racecheck, initcheck, synccheck): compute-sanitizer on
+# SANITIZE_CMD (default: the GPU smoke check), only on this package's kernels
+# (kernel names holding "im2col"). XLA's allocator hands out
+# pieces of one big allocation, so out-of-bounds accesses within it go
+# unseen: the platform allocator gives each buffer its own.
+sanitize_rc=skipped
+if [ -n "${SANITIZE:-}" ]; then
+  san_cap=$(min "${SANITIZE_TIMEOUT:-180}" $(($(left) - bench_share - 10)))
+  step "compute-sanitizer --tool $SANITIZE (cap ${san_cap}s) -> sanitizer.log"
+  # shellcheck disable=SC2086
+  (cd / && XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    timeout -k 10 "$san_cap" compute-sanitizer --tool "$SANITIZE" --kernel-name kns=im2col \
+    --error-exitcode 86 --print-limit 50 \
+    python3 ${SANITIZE_CMD:-$OLDPWD/benchmarks/gpu_smoke.py}) > "$OUT/sanitizer.log" 2>&1
+  sanitize_rc=$?
+  step "sanitizer rc=$sanitize_rc"
+fi
+
 # ---------------------------------------------------------------- benchmark
 bench_rc=skipped
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
@@ -149,6 +170,10 @@ if [ "$tests_rc" != skipped ]; then
   echo "pytest:  rc=$tests_rc; $(grep -E '(passed|failed|error|no tests ran|stopped by)' "$OUT/tests.log" | tail -n 1 | cut -c1-200)"
   grep -E '^(FAILED|ERROR) ' "$OUT/tests.log" | head -n 15 | cut -c1-250
 fi
+if [ "$sanitize_rc" != skipped ]; then
+  echo "sanitizer: rc=$sanitize_rc; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -n 1)"
+  grep -E '^========= (Invalid|Race|Uninitialized|Barrier|Program hit)' "$OUT/sanitizer.log" | sort | uniq -c | head -n 10
+fi
 if [ "$bench_rc" != skipped ]; then
   echo "bench:   rc=$bench_rc; $(tail -n 1 "$OUT/bench.log")"
   if [ -f "$OUT/bench.md" ]; then
@@ -163,7 +188,7 @@ fi
 echo "files:   $(cd "$OUT" && ls -m)"
 
 status=0
-for rc in "$build_rc" "$smoke_rc" "$tests_rc" "$bench_rc"; do
+for rc in "$build_rc" "$smoke_rc" "$tests_rc" "$sanitize_rc" "$bench_rc"; do
   case "$rc" in 0 | skipped*) ;; *) status=1 ;; esac
 done
 exit $status

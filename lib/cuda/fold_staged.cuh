@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "../geometry.h"
 #include "device_util.cuh"
@@ -106,7 +107,9 @@ template <typename TC>
 __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restrict__ cols, const ColumnsLayout& lay,
                                                     int64_t K, const FoldPlanesPlan& p, const PlanesBlock& b) {
   constexpr int V = 16 / sizeof(TC);
-  using Vec = Pack<TC, V>;
+  // Moved as raw words: a Pack of 8 bfloat16 held 8 registers, so the 4
+  // vectors in flight took 32 (45 a thread, 5 blocks a multiprocessor).
+  using Vec = RawWords<TC, V>;
   const int64_t start = b.n * lay.image_stride + static_cast<int64_t>(b.c0) * K * lay.lc;
   const int64_t end = start + static_cast<int64_t>(b.channels) * p.plane_cols;
   const int64_t base = start - start % V;
@@ -114,12 +117,14 @@ __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restri
       static_cast<int32_t>((end - base + V - 1) / V),
       [&](int32_t i) {
         const int64_t e = base + static_cast<int64_t>(i) * V;
-        if (e >= start && e + V <= end) return *reinterpret_cast<const Vec*>(cols + e);
-        Vec v{};  // the run's first or last vector: only its entries of the run
+        if (e >= start && e + V <= end) return load_raw<TC, V>(cols + e);
+        Pack<TC, V> v{};  // the run's first or last vector: only its entries of the run
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (e + j >= start && e + j < end) v.v[j] = cols[e + j];
-        return v;
+        Vec r;
+        memcpy(&r, &v, sizeof(r));
+        return r;
       },
       [&](int32_t i, const Vec& v) { reinterpret_cast<Vec*>(tile)[i] = v; });
   return static_cast<int32_t>(start - base);
@@ -165,23 +170,36 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
         for (int v = 0; v < V; ++v)
           acc[h][v] = accumulate && w0 + S * v + h < width ? static_cast<A>(to_acc(xr[S * v + h])) : A(0);
       const TC* plane = tile + ci * p.plane_cols - l0;
-      for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
-        const int32_t line_start = o_outer * ow;
-        const TC* rows = plane + k_outer * kw * lc + line_start;
+      // Adds the taps' entries at positions first + v of each row, where
+      // `valid(first, v)`; the bounds written as first's (no add a check).
+      auto taps_of_line = [&](const TC* rows, auto valid) {
         for (int32_t j = 0; j < kw; ++j, rows += lc) {
           int32_t phase;
           const int32_t first = strided_position<int32_t>(g, ND - 1, w0, j, S, &phase);
 #pragma unroll
           for (int v = 0; v < V; ++v) {
-            const int32_t o = first + v;
-            if (static_cast<uint32_t>(o) < static_cast<uint32_t>(ow) &&
-                static_cast<uint32_t>(line_start + o - l0) < static_cast<uint32_t>(lc)) {
-              const A e = static_cast<A>(to_acc(rows[o]));
+            if (valid(first, v)) {
+              const A e = static_cast<A>(to_acc(rows[first + v]));
 #pragma unroll
               for (int h = 0; h < S; ++h)
                 if (h == phase) acc[h][v] += e;
             }
           }
+        }
+      };
+      for_each_outer_tap<ND>(g, q, [&](int32_t k_outer, int32_t o_outer) {
+        const int32_t line_start = o_outer * ow;
+        const TC* rows = plane + k_outer * kw * lc + line_start;
+        // A line of outputs wholly inside the chunk needs only the position
+        // check (every line, where the columns are not split into chunks):
+        // 2 instructions an element fewer, of ~8 (step 60).
+        if (line_start >= l0 && line_start + ow <= l0 + lc) {
+          taps_of_line(rows, [&](int32_t first, int v) { return first >= -v && first < ow - v; });
+        } else {
+          taps_of_line(rows, [&](int32_t first, int v) {
+            return static_cast<uint32_t>(first + v) < static_cast<uint32_t>(ow) &&
+                   static_cast<uint32_t>(line_start + first + v - l0) < static_cast<uint32_t>(lc);
+          });
         }
       });
 #pragma unroll
@@ -215,8 +233,14 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
   }
 }
 
+// 8 blocks a multiprocessor where 32 registers hold the kernel without
+// spills (1-D and 2-D, elements of up to 4 bytes; it took 39-40, so 6
+// blocks); elsewhere (0) the compiler's choice.
+template <int ND, typename TC>
+constexpr int kStagedBlocksPerSM = ND < 3 && sizeof(TC) <= 4 ? 8 : 0;
+
 template <int ND, int S, int V, typename TC, typename TX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kStagedBlocksPerSM<ND, TC>)
 fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                    ColumnsLayout lay, FoldPlanesPlan p, bool accumulate) {
   extern __shared__ __align__(16) unsigned char smem[];
