@@ -237,7 +237,7 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
 // spills (1-D and 2-D, elements of up to 4 bytes; it took 39-40, so 6
 // blocks); elsewhere (0) the compiler's choice.
 template <int ND, typename TC>
-constexpr int kStagedBlocksPerSM = ND < 3 && sizeof(TC) <= 4 ? 8 : 0;
+constexpr int kStagedBlocksPerSM = ND < 3 && sizeof(TC) == 2 ? 8 : 0;
 
 template <int ND, int S, int V, typename TC, typename TX>
 __global__ void __launch_bounds__(kThreads, kStagedBlocksPerSM<ND, TC>)
