@@ -4,9 +4,9 @@
 #   bash benchmarks/device_check.sh            (from the repository root; writes under $OUT)
 #
 # Files written under $OUT (few, flat): env.txt, build.log, tests.log (the GPU
-# smoke check, then pytest), sanitizer.log (with SANITIZE), bench.log (benchmark progress), bench.json,
-# bench.md, bench.png. Each step runs even if the one before failed; a short
-# summary is printed last.
+# smoke check, then pytest), sanitizer.log (with SANITIZE), bench.log
+# (benchmark progress), bench.json, bench.md, bench.png. Each step runs even if
+# the one before failed; a short summary is printed last.
 #
 # The whole benchmark takes longer than one device call allows: run it in parts
 # (BENCH_ARGS="--only ceil,unfold,fold", then "--only fwd,bwd --layouts cf", ...)

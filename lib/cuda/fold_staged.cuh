@@ -170,8 +170,9 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
         for (int v = 0; v < V; ++v)
           acc[h][v] = accumulate && w0 + S * v + h < width ? static_cast<A>(to_acc(xr[S * v + h])) : A(0);
       const TC* plane = tile + ci * p.plane_cols - l0;
-      // Adds the taps' entries at positions first + v of each row, where
-      // `valid(first, v)`; the bounds written as first's (no add a check).
+      // Adds each tap's entries at positions first + v of its row where
+      // valid(first, v) holds; the bounds are compared with first itself, so
+      // a check costs no add.
       auto taps_of_line = [&](const TC* rows, auto valid) {
         for (int32_t j = 0; j < kw; ++j, rows += lc) {
           int32_t phase;
