@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Same-run comparison of source variants on the device. Each variant is a
 # folder of files laid over the repository at the same relative paths (an
-# empty folder: the working tree as it is); for each in turn the package is
-# rebuilt (incrementally: the build folder is kept) and installed, then CMD
-# runs with VARIANT set to the folder's name. The working tree is restored
-# after each variant, and the working tree's own build is installed last.
+# empty folder: the working tree as it is; files the tree lacks are added,
+# then removed); for each in turn the package is rebuilt (incrementally: the
+# build folder is kept) and installed, then CMD runs with VARIANT set to the
+# folder's name. The working tree is restored after each variant, and the
+# working tree's own build is installed last.
 #
 #   VARIANTS="ab/old ab/new" CMD='python3 benchmarks/kernel_times.py --out $OUT/$VARIANT ...' \
 #     bash benchmarks/compare_variants.sh
@@ -35,10 +36,18 @@ build() {
 status=0
 for dir in $VARIANTS; do
   name=$(basename "$dir")
+  if [ ! -d "$dir" ]; then
+    echo "[$name] no folder $dir"
+    status=1
+    continue
+  fi
   files=$(cd "$dir" && find . -type f ! -name .keep | sed 's|^\./||')
   for f in $files; do
-    mkdir -p "$saved/$(dirname "$f")"
-    cp "$f" "$saved/$f"
+    if [ -f "$f" ]; then
+      mkdir -p "$saved/$(dirname "$f")"
+      cp "$f" "$saved/$f"
+    fi
+    mkdir -p "$(dirname "$f")"
     cp "$dir/$f" "$f"
   done
   if build "$name"; then
@@ -46,7 +55,10 @@ for dir in $VARIANTS; do
   else
     status=1
   fi
-  for f in $files; do cp "$saved/$f" "$f"; done
+  for f in $files; do
+    if [ -f "$saved/$f" ]; then cp "$saved/$f" "$f"; else rm -f "$f"; fi  # a file the variant added
+  done
+  rm -rf "${saved:?}"/*
 done
 build "working tree" || status=1
 rm -rf "$saved"
