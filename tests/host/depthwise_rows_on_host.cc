@@ -107,13 +107,12 @@ bool one_case(bool flip) {
       }
     }
   }
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double expect = to_double(from_float<TY>(static_cast<float>(want[i])));
-    if (to_double(y[i]) != expect) {
-      std::printf("FAIL: nd %d, flip %d, %zu-byte elements, C %lld, element %zu of %zu: got %g, want %g\n", ND,
-                  flip, sizeof(T), static_cast<long long>(C), i, y.size(), to_double(y[i]), expect);
-      return false;
-    }
+  const int64_t bad = first_mismatch(y, want);
+  if (bad >= 0) {
+    std::printf("FAIL: nd %d, flip %d, %zu-byte elements, C %lld, element %lld of %zu: got %g, want %g\n", ND,
+                flip, sizeof(T), static_cast<long long>(C), static_cast<long long>(bad), y.size(),
+                to_double(y[bad]), stored<TY>(want[bad]));
+    return false;
   }
   return true;
 }

@@ -84,14 +84,13 @@ bool taps_case() {
     case 3: run_kernel<ND, 3, TC, TX, V>(cols, x, g, C, n0, lay, p, accumulate); break;
     default: run_kernel<ND, 4, TC, TX, V>(cols, x, g, C, n0, lay, p, accumulate); break;
   }
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double expect = to_double(from_float<TX>(static_cast<float>(want[i])));
-    if (to_double(x[i]) != expect) {
-      std::printf("FAIL: nd %d, taps %lld, V %d, %zu-byte elements, C %lld, groups %lld, element %zu of %zu: "
-                  "got %g, want %g\n", ND, static_cast<long long>(p.taps), V, sizeof(TX),
-                  static_cast<long long>(C), static_cast<long long>(groups), i, x.size(), to_double(x[i]), expect);
-      return false;
-    }
+  const int64_t bad = first_mismatch(x, want);
+  if (bad >= 0) {
+    std::printf("FAIL: nd %d, taps %lld, V %d, %zu-byte elements, C %lld, groups %lld, element %lld of %zu: "
+                "got %g, want %g\n", ND, static_cast<long long>(p.taps), V, sizeof(TX), static_cast<long long>(C),
+                static_cast<long long>(groups), static_cast<long long>(bad), x.size(), to_double(x[bad]),
+                stored<TX>(want[bad]));
+    return false;
   }
   return true;
 }

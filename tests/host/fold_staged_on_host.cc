@@ -37,19 +37,6 @@ Geometry random_geometry(int nd, int in_max, int last_max, int S, bool lhs_dilat
   return g;
 }
 
-template <typename TX>
-bool compare(const std::vector<TX>& x, const std::vector<double>& want, const char* what, int nd, int64_t C) {
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double expect = to_double(from_float<TX>(static_cast<float>(want[i])));
-    if (to_double(x[i]) != expect) {
-      std::printf("FAIL: %s, nd %d, %zu-byte elements, C %lld, element %zu of %zu: got %g, want %g\n", what, nd,
-                  sizeof(TX), static_cast<long long>(C), i, x.size(), to_double(x[i]), expect);
-      return false;
-    }
-  }
-  return true;
-}
-
 // Channels-first: (n, c, k, l) at n * image_stride + (c * K + k) * lc + l - l0.
 // V > 1: the gather on runs of S * V elements a thread; V == 1 one element.
 template <int ND, int S, int V, typename TC, typename TX>
@@ -88,7 +75,14 @@ bool planes_case() {
       fold_planes_gather<ND, S, V>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
     }
   }
-  return compare(x, want, "planes", ND, C);
+  const int64_t bad = first_mismatch(x, want);
+  if (bad >= 0) {
+    std::printf("FAIL: nd %d, S %d, V %d, %zu-byte elements, C %lld, element %lld of %zu: got %g, want %g\n", ND, S,
+                V, sizeof(TX), static_cast<long long>(C), static_cast<long long>(bad), x.size(), to_double(x[bad]),
+                stored<TX>(want[bad]));
+    return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -64,6 +64,21 @@ double to_double(T v) {
   else return static_cast<double>(v);
 }
 
+// A float64 reference value as the kernels store it: rounded to float, then
+// to T.
+template <typename T>
+double stored(double v) {
+  return to_double(from_float<T>(static_cast<float>(v)));
+}
+
+// The first element of got that differs from want as stored; -1 when none does.
+template <typename T>
+int64_t first_mismatch(const std::vector<T>& got, const std::vector<double>& want) {
+  for (size_t i = 0; i < got.size(); ++i)
+    if (to_double(got[i]) != stored<T>(want[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
 // A small integer (-4..4), so that the sums the tests form are exact.
 template <typename T>
 T small_value() {
