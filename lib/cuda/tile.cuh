@@ -445,7 +445,10 @@ __device__ __forceinline__ void fill_tile_by_narrow_lines(T* tile, const T* x_bl
       int32_t ci = 0, l = 0;
       if (line < lines) t.lines.divmod(line, ci, l);
       const int32_t base = line < lines && q >= 0 ? map.base(l, pad_mid) : -1;
-      v[u] = base >= 0 ? __ldg(column + (static_cast<int64_t>(ci) * in_size + base)) : T(0);
+      // Unsigned: one wide multiply-add (signed, nvcc sign-extended both).
+      const uint64_t offset = static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in_size) +
+                              static_cast<uint32_t>(base);
+      v[u] = base >= 0 ? __ldg(column + offset) : T(0);
     }
 #pragma unroll
     for (int u = 0; u < kFillLines; ++u) {
