@@ -158,13 +158,18 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  // A warp per line where lines are whole warps wide (in 1-D a block has one
-  // line a channel, too few for its warps; lines of 7-16 leave lanes idle).
+  // A warp per line where lines are whole warps wide, several lines a warp
+  // where they are narrower (plain geometries); element by element in 1-D (a
+  // block has one line a channel, too few for its warps) and with lhs dilation.
   const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
   bool by_lines = false;
   if constexpr (ND > 1) {
-    by_lines = t.width.d >= 32;
-    if (by_lines) fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
+    by_lines = t.width.d >= 32 || !g.any_lhs_dilation;
+    if (t.width.d >= 32) {
+      fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
+    } else if (by_lines) {
+      fill_tile_by_narrow_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
+    }
   }
   if (!by_lines) fill_channels_first<ND>(tile, x_block, g, t, b);
   __syncthreads();

@@ -418,6 +418,46 @@ __device__ __forceinline__ void fill_tile_by_lines(T* tile, const T* x_block, in
   }
 }
 
+// fill_tile_by_lines for tile lines narrower than a warp (7 x 7 to 28 x 28
+// maps), plain geometries only: a warp takes 32 / width whole lines at a
+// time, lane (sub, w) element w of its line sub, so that a thread's column
+// and its padding check are fixed and each line's source is found once for
+// its elements (the element-wise fill decoded every element: two FastDiv
+// decompositions, the line's and the column's bounds, 64-bit addresses).
+template <int ND, typename T>
+__device__ __forceinline__ void fill_tile_by_narrow_lines(T* tile, const T* x_block, int32_t channels,
+                                                          int32_t row0, const Geometry& g, const TilePlan& t) {
+  const int32_t width = static_cast<int32_t>(t.width.d), lines = channels * static_cast<int32_t>(t.lines.d);
+  const int32_t per_warp = 32 / width, lane = threadIdx.x % 32, sub = lane / width, w = lane - sub * width;
+  if (sub >= per_warp) return;  // lanes past the warp's whole lines
+  const int32_t step = static_cast<int32_t>(blockDim.x / 32) * per_warp;
+  const int32_t in_size = static_cast<int32_t>(g.in_size);
+  const PlainLines<ND> map(g, t, row0);
+  const int32_t pad_mid = ND == 3 ? static_cast<int32_t>(g.pad_lo[1]) : 0;
+  const int32_t q = map.column(w);
+  const T* column = x_block + q;  // the thread's column of the block's first channel (q >= 0)
+  keep_in_register(column);
+  for (int32_t line0 = threadIdx.x / 32 * per_warp + sub; line0 < lines; line0 += kFillLines * step) {
+    T v[kFillLines];
+#pragma unroll
+    for (int u = 0; u < kFillLines; ++u) {
+      const int32_t line = line0 + u * step;
+      int32_t ci = 0, l = 0;
+      if (line < lines) t.lines.divmod(line, ci, l);
+      const int32_t base = line < lines && q >= 0 ? map.base(l, pad_mid) : -1;
+      // Unsigned: one wide multiply-add (signed, nvcc sign-extended both).
+      const uint64_t offset = static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in_size) +
+                              static_cast<uint32_t>(base);
+      v[u] = base >= 0 ? __ldg(column + offset) : T(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kFillLines; ++u) {
+      const int32_t line = line0 + u * step;
+      if (line < lines) tile[line * width + w] = v[u];
+    }
+  }
+}
+
 // The channels-first tile of block b: its channels of image x_image (the
 // block's first channel at x_image).
 template <int ND, int FILL = kFill, typename U>
