@@ -13,6 +13,9 @@
 #     phases:    the phases of strided input gradients (benchmarks/profile_phases.py)
 #     conv_1d_cf: the channels-first 1-D kernels on jax#13800's grouped conv
 #                (benchmarks/profile_grouped.py)
+#     cases ARGS: ours on named suite cases (benchmarks/profile_cases.py ARGS:
+#                --cases, --ops, --dtypes, --layouts), every kernel, with the
+#                compute, instruction, scheduler and memory tables
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -26,12 +29,25 @@ case "${1:-columns}" in
   filter) script=benchmarks/profile_filter.py; kernels="filter_(gradient|finish)" ;;
   phases) script=benchmarks/profile_phases.py; kernels="(implicit_|sum_parts|memset)" ;;
   conv_1d_cf) script=benchmarks/profile_grouped.py; kernels="^(conv_kernel|filter_kernel)" ;;
+  cases) script=benchmarks/profile_cases.py; kernels="${NCU_KERNELS:-im2col::}" ;;
   *) echo "unknown profile: $1" >&2; exit 2 ;;
 esac
+mode=${1:-columns}
+shift $(( $# > 0 ? 1 : 0 ))
+sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+          --section Occupancy --section LaunchStats)
+base=function
+if [ "$mode" = cases ]; then
+  # The package's kernels by namespace; the tables that say which unit or
+  # stall bounds a kernel, and how many sectors its requests touch.
+  sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
+            --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis
+            --section MemoryWorkloadAnalysis_Tables --section Occupancy --section LaunchStats)
+  base=demangled
+fi
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
   --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a . > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
-cd /tmp && XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:"$kernels" \
-  --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-  --section Occupancy --section LaunchStats python3 "$OLDPWD/$script" > "$OUT/ncu.txt" 2>&1
+cd /tmp && XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name-base "$base" \
+  --kernel-name regex:"$kernels" "${sections[@]}" python3 "$OLDPWD/$script" "$@" > "$OUT/ncu.txt" 2>&1
 grep -E "_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\)|Achieved Occupancy|Stall|Registers Per|L1/TEX Hit|L2 Hit|Grid Size" \
   "$OUT/ncu.txt" | cut -c1-150 | head -${NCU_LINES:-80}

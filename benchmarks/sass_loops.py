@@ -96,7 +96,9 @@ def main():
   p.add_argument("pattern", help="substring of the demangled kernel names to show")
   p.add_argument("--arch", default="90a")
   p.add_argument("--all-loops", action="store_true", help="also loops without memory instructions")
+  p.add_argument("--dump", metavar="FILE", help="write the shown kernels' SASS to FILE")
   args = p.parse_args()
+  dump = open(args.dump, "w") if args.dump else None
   os.environ["PATH"] += os.pathsep + os.path.dirname(wheel_tool("nvdisasm"))
   with tempfile.TemporaryDirectory() as tmp:
     cubin = os.path.join(tmp, "k.cubin")
@@ -114,6 +116,8 @@ def main():
       continue
     regs, spill_st, spill_ld = usage.get(mangled, (-1, 0, 0))
     print(f"{name[:160]}\n  {len(code)} instructions, {regs} registers, spills {spill_st} / {spill_ld} bytes")
+    if dump:
+      dump.write(f"// {name}\n" + "\n".join(f"{a:#06x}  {i}" for a, i in code) + "\n")
     for start, end, body in loops(code):
       count = {op: sum(op in i for i in body) for op in ("LDS", "STS", "LDG", "STG", "BAR")}
       if args.all_loops or any(count.values()):

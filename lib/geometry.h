@@ -329,8 +329,21 @@ struct TapRun {
   I k, k_step, o, o_step, count;
 };
 
+// The divisions taps_reading makes, by the dimension's stride, tap step and
+// output step (non-negative dividends only). Plain `/` here; a GPU kernel that
+// runs taps_reading per element passes multiply-shift divisors fixed at launch
+// (fold_cl_taps.cuh: the run-time divisions were a sixth of the stem fold's
+// instructions).
 template <typename I>
-IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
+struct StepDivisors {
+  I s, k_step, o_step;
+  IM2COL_HD I by_stride(I n) const { return n / s; }
+  IM2COL_HD I by_k_step(I n) const { return n / k_step; }
+  IM2COL_HD I by_o_step(I n) const { return n / o_step; }
+};
+
+template <typename I, typename Div>
+IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q, const Div& div) {
   const I s = static_cast<I>(g.stride[d]), rd = static_cast<I>(g.rhs_dilation[d]);
   const I kernel = static_cast<I>(g.kernel[d]), out = static_cast<I>(g.out[d]);
   const I a = q * static_cast<I>(g.lhs_dilation[d]) + static_cast<I>(g.pad_lo[d]);
@@ -341,25 +354,32 @@ IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
   if (s == 1) {
     t.o = a;
   } else if (rd == 1) {
-    t.o = a / s;
+    t.o = div.by_stride(a);
     t.k = a - t.o * s;
   } else {
     I k = 0;
-    while (k < t.k_step && k < kernel && (a - k * rd) % s != 0) ++k;
+    while (k < t.k_step && k < kernel && k * rd <= a && a - k * rd - div.by_stride(a - k * rd) * s != 0) ++k;
     if (k == t.k_step || k == kernel || a < k * rd) return t;
     t.k = k;
-    t.o = (a - k * rd) / s;
+    t.o = div.by_stride(a - k * rd);
   }
   if (t.o >= out) {
-    const I skip = t.o_step == 1 ? t.o - out + 1 : (t.o - out + t.o_step) / t.o_step;
+    const I skip = t.o_step == 1 ? t.o - out + 1 : div.by_o_step(t.o - out + t.o_step);
     t.k += skip * t.k_step;
     t.o -= skip * t.o_step;
   }
   if (t.k >= kernel || t.o < 0) return t;
-  const I by_kernel = t.k_step == 1 ? kernel - t.k : (kernel - t.k + t.k_step - 1) / t.k_step;
-  const I by_output = t.o_step == 1 ? t.o + 1 : t.o / t.o_step + 1;
+  const I by_kernel = t.k_step == 1 ? kernel - t.k : div.by_k_step(kernel - t.k + t.k_step - 1);
+  const I by_output = t.o_step == 1 ? t.o + 1 : div.by_o_step(t.o) + 1;
   t.count = by_kernel < by_output ? by_kernel : by_output;
   return t;
+}
+
+template <typename I>
+IM2COL_HD TapRun<I> taps_reading(const Geometry& g, int d, I q) {
+  const StepDivisors<I> div{static_cast<I>(g.stride[d]), static_cast<I>(g.tap_step[d]),
+                            static_cast<I>(g.out_step[d])};
+  return taps_reading(g, d, q, div);
 }
 
 // The output position along d at which tap k reads input coordinate q, or -1

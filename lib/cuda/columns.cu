@@ -159,24 +159,32 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
   // A warp per line where lines are whole warps wide, several lines a warp
-  // where they are narrower (plain geometries); element by element in 1-D (a
-  // block has one line a channel, too few for its warps) and with lhs dilation.
+  // where they are narrower (plain geometries); in 1-D (a block has one line
+  // a channel, too few for its warps) one run per channel; element by element
+  // with lhs dilation.
   const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
-  bool by_lines = false;
+  bool filled = false;
   if constexpr (ND > 1) {
-    by_lines = t.width.d >= 32 || !g.any_lhs_dilation;
+    filled = t.width.d >= 32 || !g.any_lhs_dilation;
     if (t.width.d >= 32) {
       fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
-    } else if (by_lines) {
+    } else if (filled) {
       fill_tile_by_narrow_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
     }
+  } else {
+    filled = !g.any_lhs_dilation;
+    if (filled) fill_tile_1d(tile, x_block, b.channels, b.row0, g, t);
   }
-  if (!by_lines) fill_channels_first<ND>(tile, x_block, g, t, b);
+  if (!filled) fill_channels_first<ND>(tile, x_block, g, t, b);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
+  // Positions a thread: as few as cover the band (slots past it still issue,
+  // predicated off: resnext's 784 positions filled 3 of 8).
   const int32_t positions = b.p_end - b.p_begin;
-  if (positions >= kThreads) {
+  if (positions > 4 * kThreads) {
     write_band<kThreads, ND>(tile, taps, image, g, t, lay, b);
+  } else if (positions >= kThreads) {
+    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b);
   } else if (positions > 64) {
     write_band<32, ND>(tile, taps, image, g, t, lay, b);
   } else {
@@ -521,20 +529,30 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   const bool on_runs = (s == 1 || s == 2) && g.lhs_dilation[ND - 1] == 1;
   FoldPlanesPlan pp;
   const bool planes = staged_fold_on() && aligned_to(cols, 16) &&
-                      plan_fold_planes(g, lay, C, nc, sizeof(TC), on_runs ? s * kStagedRun : 1, &pp);
+                      plan_fold_planes(g, lay, C, nc, sizeof(TC), on_runs ? s * kStagedRun : 1, &pp, sizeof(TX),
+                                       aligned_to(x, (on_runs ? s * kStagedRun : 1) * sizeof(TX)));
   auto fold_planes = [&] {
     with_last_stride(g, [&](auto stride) {
       constexpr int S = decltype(stride)::value;
       const unsigned blocks = static_cast<unsigned>(pp.blocks);
       if constexpr (S > 0) {
         if (on_runs) {
-          fold_planes_kernel<ND, S, kStagedRun, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
-              cols, x, g, C, n0, lay, pp, accumulate);
+          auto launch = [&](auto stores) {
+            fold_planes_kernel<ND, S, kStagedRun, decltype(stores)::value, TC, TX>
+                <<<blocks, kThreads, pp.smem, stream>>>(cols, x, g, C, n0, lay, pp, accumulate);
+          };
+          if (pp.stores == RunStores::kVector) {
+            launch(std::integral_constant<RunStores, RunStores::kVector>{});
+          } else if (ND == 1 && pp.stores == RunStores::kStaged) {
+            if constexpr (ND == 1) launch(std::integral_constant<RunStores, RunStores::kStaged>{});
+          } else {
+            launch(std::integral_constant<RunStores, RunStores::kScalar>{});
+          }
           return;
         }
       }
-      fold_planes_kernel<ND, S, 1, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(cols, x, g, C, n0, lay, pp,
-                                                                                   accumulate);
+      fold_planes_kernel<ND, S, 1, RunStores::kScalar, TC, TX><<<blocks, kThreads, pp.smem, stream>>>(
+          cols, x, g, C, n0, lay, pp, accumulate);
     });
     return cudaGetLastError();
   };

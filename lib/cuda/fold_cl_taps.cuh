@@ -8,10 +8,11 @@
 // the first add (fold_cl_kernel's per-run loop had one load in flight a
 // thread where runs are shorter than its unroll: 1-2 taps at stride 2, 3 at
 // stride 1). A candidate's column entry and output position are the first
-// tap's plus steps per dimension fixed at launch (FoldTapsPlan): an add each
+// tap's plus offsets per slot fixed at launch (FoldTapsPlan): an add each
 // (flattening each candidate's tap and position made the stem's fold
-// issue-bound, step 59). Each element still sums its taps in increasing
-// order.
+// issue-bound, step 59), from a first-entry pointer held in a register (nvcc
+// re-derived it from the kernel's arguments for every slot, ~20 instructions
+// each: step 62). Each element still sums its taps in increasing order.
 #pragma once
 
 #include <cstdint>
@@ -25,16 +26,27 @@ namespace im2col::cuda {
 constexpr int64_t kFoldTapsMax = 4;    // taps per dimension
 constexpr int64_t kFoldTapsSlots = 16;  // taps a thread, over all dimensions
 
+// taps_reading's divisions by multiply and shift (its dividends are never
+// negative).
+struct TapDivisors {
+  FastDiv s, k_step, o_step;
+  __device__ __forceinline__ int32_t by_stride(int32_t n) const { return s.div(n); }
+  __device__ __forceinline__ int32_t by_k_step(int32_t n) const { return k_step.div(n); }
+  __device__ __forceinline__ int32_t by_o_step(int32_t n) const { return o_step.div(n); }
+};
+
 struct FoldTapsPlan {
   int64_t taps = 0;   // T: the bound on the taps reading a position along a dimension
   int32_t items = 0;  // threads' work items: images x positions x units
   FastDiv by_units, by_positions, by_group_units, by_last, by_middle;
-  // The next tap along dimension d (tap + tap_step, output position -
-  // out_step): the column entry's offset moves by entry_step[d] and the flat
-  // output position by -position_step[d]; position_stride[d] and
-  // tap_stride[d] flatten positions and taps.
-  int64_t entry_step[kMaxSpatial] = {0, 0, 0};
-  int32_t position_step[kMaxSpatial] = {0, 0, 0};
+  TapDivisors divisors[kMaxSpatial];
+  // Slot (i_0, ..., i_{ND-1}) is tap i_d of each dimension's run (tap +
+  // i_d tap_step, output position - i_d out_step): its column entry lies
+  // slot_entry[s] past the first tap's and its flat output position
+  // slot_position[s] before it; position_stride[d] and tap_stride[d] flatten
+  // positions and taps.
+  int64_t slot_entry[kFoldTapsSlots] = {};
+  int32_t slot_position[kFoldTapsSlots] = {};
   int32_t position_stride[kMaxSpatial] = {0, 0, 0};
   int32_t tap_stride[kMaxSpatial] = {0, 0, 0};
 };
@@ -64,17 +76,49 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   p->by_group_units = FastDiv(Cg / V);
   p->by_last = FastDiv(g.in[g.nd - 1]);
   p->by_middle = FastDiv(g.nd == 3 ? g.in[1] : 1);
-  int64_t positions = 1, taps = 1;
+  int64_t positions = 1, taps = 1, entry_step[kMaxSpatial], position_step[kMaxSpatial];
   for (int d = g.nd - 1; d >= 0; --d) {
     if (T * g.out_step[d] * positions > kMax32) return false;  // a slot's position in 32 bits
     p->position_stride[d] = static_cast<int32_t>(positions);
     p->tap_stride[d] = static_cast<int32_t>(taps);
-    p->position_step[d] = static_cast<int32_t>(g.out_step[d] * positions);
-    p->entry_step[d] = g.tap_step[d] * taps * Cg - g.out_step[d] * positions * C * g.kernel_size;
+    position_step[d] = g.out_step[d] * positions;
+    entry_step[d] = g.tap_step[d] * taps * Cg - g.out_step[d] * positions * C * g.kernel_size;
+    p->divisors[d] = TapDivisors{FastDiv(g.stride[d]), FastDiv(g.tap_step[d]), FastDiv(g.out_step[d])};
     positions *= g.out[d];
     taps *= g.kernel[d];
   }
+  const int64_t slots = fold_taps_slots(T, g.nd);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    int64_t entry = 0, position = 0, rest = slot;
+    for (int d = g.nd - 1; d >= 0; --d, rest /= T) {
+      entry += rest % T * entry_step[d];
+      position += rest % T * position_step[d];
+    }
+    if (position > kMax32) return false;
+    p->slot_entry[slot] = entry;
+    p->slot_position[slot] = static_cast<int32_t>(position);
+  }
   return true;
+}
+
+// load_raw through the read-only path: nvcc makes a plain load of a pointer
+// that keep_in_register made opaque a generic one.
+template <typename TC, int V>
+__device__ __forceinline__ RawWords<TC, V> load_slot(const TC* src) {
+  RawWords<TC, V> r;
+  if constexpr (sizeof(TC) * V == 16) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    r.v[0] = w.x, r.v[1] = w.y, r.v[2] = w.z, r.v[3] = w.w;
+  } else if constexpr (sizeof(TC) * V == 8) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    r.v[0] = w.x, r.v[1] = w.y;
+  } else if constexpr (sizeof(TC) * V == 4) {
+    r.v[0] = __ldg(reinterpret_cast<const unsigned int*>(src));
+  } else {
+    static_assert(sizeof(TC) * V == 2, "16, 8 or 4 bytes, or one 2-byte element");
+    r.v[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
+  }
+  return r;
 }
 
 template <int ND, int T, typename TC, typename TX, int V>
@@ -109,30 +153,28 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
     int32_t count[ND], o = 0, k = 0;
 #pragma unroll
     for (int d = 0; d < ND; ++d) {
-      const TapRun<int32_t> run = taps_reading<int32_t>(g, d, q[d]);
+      const TapRun<int32_t> run = taps_reading<int32_t>(g, d, q[d], p.divisors[d]);
       count[d] = run.count;
       o += run.o * p.position_stride[d];
       k += run.k * p.tap_stride[d];
     }
     const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V +
-                      (o - l0) * CK + static_cast<int64_t>(k) * Cg;
+                      static_cast<int64_t>(o - l0) * CK + static_cast<int64_t>(k) * Cg;
+    keep_in_register(first);
     RawWords<TC, V> loaded[kSlots];
     bool reads[kSlots];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-      int64_t entry = 0;
-      int32_t o_slot = o - l0, stride = kSlots;
+      int32_t stride = kSlots;
       bool exists = true;
 #pragma unroll
       for (int d = 0; d < ND; ++d) {
         stride /= T;
-        const int i = (s / stride) % T;
-        exists = exists && i < count[d];
-        entry += i * p.entry_step[d];
-        o_slot -= i * p.position_step[d];
+        exists = exists && (s / stride) % T < count[d];
       }
+      const int32_t o_slot = o - l0 - p.slot_position[s];
       reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
-      if (reads[s]) loaded[s] = load_raw<TC, V>(first + entry);
+      if (reads[s]) loaded[s] = load_slot<TC, V>(first + p.slot_entry[s]);
     }
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
     A acc[V];

@@ -21,6 +21,7 @@
 namespace im2col::cuda {
 
 constexpr size_t kStagedMaxBytes = 32 * 1024;        // per block
+constexpr size_t kStagedMaxOutBytes = 48 * 1024;     // with staged outputs (no opt-in needed)
 constexpr size_t kStagedPreferredBytes = 16 * 1024;  // more channels per block up to this
 constexpr int64_t kStagedPlaneElements = 1024;       // and up to this many outputs a block
 constexpr int kStagedRun = 4;                        // V: runs of S * V elements a thread
@@ -49,11 +50,25 @@ __device__ __forceinline__ void staged_copy(int32_t count, Load&& load, Store&& 
 
 // --- channels-first planes ------------------------------------------------
 
+// How a thread's run of outputs (S * V consecutive elements of a line) is
+// stored. Scalar stores of runs leave a warp's store 8 (bf16) to 16 sectors
+// wide for 64-128 bytes: ncu had wav2vec's fold L2-bound (81%, 3.9 useful
+// bytes a sector), step 63.
+enum class RunStores : int32_t {
+  kScalar,  // one element at a time (one element a thread, V == 1)
+  kVector,  // lines of whole runs: a run is one aligned vector
+  kStaged,  // 1-D lines of other lengths: runs as vectors into shared memory,
+            // then the block's outputs (contiguous in x) copied out flat
+};
+
 struct FoldPlanesPlan {
   int32_t channels = 0;        // consecutive channels per block
   int32_t channel_blocks = 0;  // ceil(C / channels)
   int32_t plane_cols = 0;      // K * lc: one channel's column entries
   int32_t runs = 0;            // per line: ceil(in[ND - 1] / run), run = S * V or 1
+  RunStores stores = RunStores::kScalar;
+  int32_t out_pitch = 0;       // kStaged: elements per staged line (whole runs)
+  size_t out_offset = 0;       // kStaged: bytes of shared memory before the staged outputs
   int64_t blocks = 0;
   size_t smem = 0;
   FastDiv plane;               // g.in_size
@@ -62,26 +77,42 @@ struct FoldPlanesPlan {
   FastDiv channel_blocks_div;
 };
 
+// elem_bytes: the columns' element size; out_bytes: x's. x_aligned: x lies
+// on a boundary of run * out_bytes bytes.
 inline bool plan_fold_planes(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
-                             size_t elem_bytes, int64_t run, FoldPlanesPlan* p) {
+                             size_t elem_bytes, int64_t run, FoldPlanesPlan* p, size_t out_bytes = 0,
+                             bool x_aligned = false) {
   const int64_t V = 16 / static_cast<int64_t>(elem_bytes);
-  const int64_t plane_cols = g.kernel_size * lay.lc;
-  auto bytes = [&](int64_t channels) {
+  const int64_t plane_cols = g.kernel_size * lay.lc, width = g.in[g.nd - 1];
+  p->stores = run == 1 ? RunStores::kScalar
+              : width % run == 0 && x_aligned ? RunStores::kVector
+              : g.nd == 1 && out_bytes > 0 ? RunStores::kStaged
+                                           : RunStores::kScalar;
+  const int64_t pitch = (width + run - 1) / run * run;
+  auto columns_bytes = [&](int64_t channels) {
     return staged_round16(static_cast<size_t>(channels * plane_cols + 2 * V) * elem_bytes);
   };
-  if (lay.row_stride != lay.lc || bytes(1) > kStagedMaxBytes) return false;
+  // Staged outputs start on a 32-byte boundary: a run is stored as one
+  // vector of up to 32 bytes (S * V elements).
+  auto outputs_at = [&](int64_t channels) { return (columns_bytes(channels) + 31) / 32 * 32; };
+  auto bytes = [&](int64_t channels) {
+    if (p->stores != RunStores::kStaged) return columns_bytes(channels);
+    return outputs_at(channels) + staged_round16(static_cast<size_t>(channels * pitch) * out_bytes);
+  };
+  if (lay.row_stride != lay.lc || columns_bytes(1) > kStagedMaxBytes || bytes(1) > kStagedMaxOutBytes) return false;
   int64_t cb = 1;
   while (cb * 2 <= C && bytes(cb * 2) <= kStagedPreferredBytes && cb * 2 * g.in_size <= kStagedPlaneElements)
     cb *= 2;
   p->channels = static_cast<int32_t>(cb);
   p->channel_blocks = static_cast<int32_t>((C + cb - 1) / cb);
   p->plane_cols = static_cast<int32_t>(plane_cols);
-  const int64_t width = g.in[g.nd - 1];
   p->runs = static_cast<int32_t>((width + run - 1) / run);
   p->runs_div = FastDiv(p->runs);
   p->lines_div = FastDiv(g.in_size / width);
   p->blocks = nc * p->channel_blocks;
   p->smem = bytes(cb);
+  p->out_pitch = p->stores == RunStores::kStaged ? static_cast<int32_t>(pitch) : 0;
+  p->out_offset = outputs_at(cb);
   p->plane = FastDiv(g.in_size);
   for (int d = 0; d < g.nd; ++d) p->in[d] = FastDiv(g.in[d]);
   p->channel_blocks_div = FastDiv(p->channel_blocks);
@@ -141,10 +172,10 @@ __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restri
 //    stride S when S > 0 (a compile-time constant), else g.stride.
 //    taps_reading's run-time divisions made wav2vec's fold 1.6x slower
 //    (step 58, call 2).
-template <int ND, int S, int V, typename TC, typename TX>
+template <int ND, int S, int V, RunStores ST, typename TC, typename TX>
 __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restrict__ x, const Geometry& g, int64_t C,
                                                    int64_t n0, const ColumnsLayout& lay, const FoldPlanesPlan& p,
-                                                   const PlanesBlock& b, bool accumulate) {
+                                                   const PlanesBlock& b, bool accumulate, TX* out_tile) {
   using A = typename Acc<TX>::type;
   const int32_t kw = static_cast<int32_t>(g.kernel[ND - 1]), ow = static_cast<int32_t>(g.out[ND - 1]);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
@@ -203,11 +234,22 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
           });
         }
       });
+      if constexpr (ST == RunStores::kScalar) {
 #pragma unroll
-      for (int h = 0; h < S; ++h)
+        for (int h = 0; h < S; ++h)
 #pragma unroll
-        for (int v = 0; v < V; ++v)
-          if (w0 + S * v + h < width) xr[S * v + h] = store_value<TX>(acc[h][v]);
+          for (int v = 0; v < V; ++v)
+            if (w0 + S * v + h < width) xr[S * v + h] = store_value<TX>(acc[h][v]);
+      } else {
+        Pack<TX, S * V> out;
+#pragma unroll
+        for (int h = 0; h < S; ++h)
+#pragma unroll
+          for (int v = 0; v < V; ++v) out.v[S * v + h] = store_value<TX>(acc[h][v]);
+        // Staged runs past the line's end land in its pitch's padding.
+        TX* to = ST == RunStores::kVector ? xr : out_tile + static_cast<int64_t>(line) * p.out_pitch + w0;
+        *reinterpret_cast<Pack<TX, S * V>*>(to) = out;
+      }
     }
   } else {
     const int32_t s = S > 0 ? S : static_cast<int32_t>(g.stride[ND - 1]);
@@ -234,22 +276,43 @@ __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restric
   }
 }
 
+// RunStores::kStaged, after a barrier: the block's outputs, contiguous in x,
+// stored flat from their staged lines (consecutive threads, consecutive
+// elements).
+template <int ND, typename TX>
+__device__ __forceinline__ void fold_planes_store(const TX* out_tile, TX* __restrict__ x, const Geometry& g,
+                                                  int64_t C, int64_t n0, const FoldPlanesPlan& p,
+                                                  const PlanesBlock& b) {
+  TX* xb = x + ((n0 + b.n) * C + b.c0) * g.in_size;
+  const int32_t count = b.channels * static_cast<int32_t>(g.in_size);
+  for (int32_t e = threadIdx.x; e < count; e += blockDim.x) {
+    int32_t line, w;
+    p.in[ND - 1].divmod(e, line, w);
+    xb[e] = out_tile[line * p.out_pitch + w];
+  }
+}
+
 // 8 blocks a multiprocessor where 32 registers hold the kernel without
 // spills (1-D and 2-D, elements of up to 4 bytes; it took 39-40, so 6
 // blocks); elsewhere (0) the compiler's choice.
 template <int ND, typename TC>
 constexpr int kStagedBlocksPerSM = ND < 3 && sizeof(TC) == 2 ? 8 : 0;
 
-template <int ND, int S, int V, typename TC, typename TX>
+template <int ND, int S, int V, RunStores ST, typename TC, typename TX>
 __global__ void __launch_bounds__(kThreads, kStagedBlocksPerSM<ND, TC>)
 fold_planes_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                    ColumnsLayout lay, FoldPlanesPlan p, bool accumulate) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  TC* tile = reinterpret_cast<TC*>(smem);
+  extern __shared__ __align__(32) unsigned char planes_smem[];  // 32: the staged outputs' vectors
+  TC* tile = reinterpret_cast<TC*>(planes_smem);
   const PlanesBlock b = planes_block(p, C);
   const int32_t head = fold_planes_load(tile, cols, lay, g.kernel_size, p, b);
   __syncthreads();
-  fold_planes_gather<ND, S, V>(tile + head, x, g, C, n0, lay, p, b, accumulate);
+  TX* out_tile = reinterpret_cast<TX*>(planes_smem + p.out_offset);
+  fold_planes_gather<ND, S, V, ST>(tile + head, x, g, C, n0, lay, p, b, accumulate, out_tile);
+  if constexpr (ST == RunStores::kStaged) {
+    __syncthreads();
+    fold_planes_store<ND>(out_tile, x, g, C, n0, p, b);
+  }
 }
 
 }  // namespace im2col::cuda

@@ -458,6 +458,26 @@ __device__ __forceinline__ void fill_tile_by_narrow_lines(T* tile, const T* x_bl
   }
 }
 
+// 1-D tiles without lhs dilation: a channel's tile is one run of its input
+// line starting at coordinate row0 * stride - pad_lo, zeros where the run
+// leaves the line; element e of the block's tiles is element e % plane of
+// channel e / plane (one FastDiv, no line or column decode).
+template <typename T>
+__device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t channels, int32_t row0,
+                                             const Geometry& g, const TilePlan& t) {
+  const int32_t in = static_cast<int32_t>(g.in[0]);
+  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  keep_in_register(x_block);
+  fill_tile<kFill>(tile, channels * t.plane, [&](int32_t e) -> const T* {
+    int32_t ci, i;
+    t.width.divmod(e, ci, i);
+    const int32_t q = first + i;
+    if (static_cast<uint32_t>(q) >= static_cast<uint32_t>(in)) return nullptr;
+    return x_block + (static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in) +
+                      static_cast<uint32_t>(q));
+  });
+}
+
 // The channels-first tile of block b: its channels of image x_image (the
 // block's first channel at x_image).
 template <int ND, int FILL = kFill, typename U>

@@ -9,6 +9,7 @@
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <vector>
 
 #include "host_cuda.h"
@@ -21,6 +22,7 @@ using namespace im2col::cuda;
 namespace {
 
 int planes_ran = 0;  // cases the plan took
+int stores_ran[3] = {0, 0, 0};  // of them, by RunStores
 
 // The stride along the last dimension is S, or drawn from 3-4 (S = 0: the
 // launcher's run-time variant); the last extent up to last_max; lhs
@@ -49,17 +51,27 @@ bool planes_case() {
   draw_chunk(g, &lay);
   lay.row_stride = lay.lc;
   lay.image_stride = C * K * lay.lc + draw(0, 1) * draw(1, 9);  // a gap between images, at times
-  FoldPlanesPlan p;
-  if (!plan_fold_planes(g, lay, C, nc, sizeof(TC), V > 1 ? S * V : 1, &p)) return true;
-  ++planes_ran;
   const bool accumulate = draw(0, 1) == 1;
   std::vector<TC> cols(nc * lay.image_stride);
+  // x one element past a 32-byte boundary at times: no vector stores then.
+  std::vector<Pack<TX, 32 / sizeof(TX) < 1 ? 1 : 32 / sizeof(TX)>> x_storage(N * C * g.in_size * sizeof(TX) / 32 + 2);
+  const bool misaligned = draw(0, 3) == 0;
+  TX* x_data = reinterpret_cast<TX*>(x_storage.data()) + (misaligned ? 1 : 0);
+  const int64_t run = V > 1 ? S * V : 1;
+  FoldPlanesPlan p;
+  if (!plan_fold_planes(g, lay, C, nc, sizeof(TC), run, &p, sizeof(TX),
+                        reinterpret_cast<uintptr_t>(x_data) % (run * sizeof(TX)) == 0))
+    return true;
+  ++planes_ran;
+  ++stores_ran[static_cast<int>(p.stores)];
   std::vector<TX> x(N * C * g.in_size);
   for (auto& v : cols) v = small_value<TC>();
   for (auto& v : x) v = small_value<TX>();
   const std::vector<double> want = fold_cf_reference(g, lay, cols, x, C, n0, nc, accumulate);
-  std::vector<Pack<float, 4>> smem(p.smem / 16);
+  std::copy(x.begin(), x.end(), x_data);
+  std::vector<Pack<float, 8>> smem(p.smem / 32 + 1);  // 32-byte aligned, as the kernel's
   TC* tile = reinterpret_cast<TC*>(smem.data());
+  TX* out_tile = reinterpret_cast<TX*>(reinterpret_cast<unsigned char*>(smem.data()) + p.out_offset);
   gridDim.x = static_cast<unsigned>(p.blocks);
   blockDim.x = kThreads;
   for (int64_t blk = 0; blk < p.blocks; ++blk) {
@@ -72,9 +84,25 @@ bool planes_case() {
     }
     for (unsigned t = 0; t < kThreads; ++t) {
       threadIdx.x = t;
-      fold_planes_gather<ND, S, V>(tile + head, x.data(), g, C, n0, lay, p, b, accumulate);
+      if (p.stores == RunStores::kVector) {
+        fold_planes_gather<ND, S, V, RunStores::kVector>(tile + head, x_data, g, C, n0, lay, p, b, accumulate,
+                                                         out_tile);
+      } else if (p.stores == RunStores::kStaged) {
+        fold_planes_gather<ND, S, V, RunStores::kStaged>(tile + head, x_data, g, C, n0, lay, p, b, accumulate,
+                                                         out_tile);
+      } else {
+        fold_planes_gather<ND, S, V, RunStores::kScalar>(tile + head, x_data, g, C, n0, lay, p, b, accumulate,
+                                                         out_tile);
+      }
+    }
+    if (p.stores == RunStores::kStaged) {
+      for (unsigned t = 0; t < kThreads; ++t) {
+        threadIdx.x = t;
+        fold_planes_store<ND>(out_tile, x_data, g, C, n0, p, b);
+      }
     }
   }
+  std::copy(x_data, x_data + x.size(), x.begin());
   const int64_t bad = first_mismatch(x, want);
   if (bad >= 0) {
     std::printf("FAIL: nd %d, S %d, V %d, %zu-byte elements, C %lld, element %lld of %zu: got %g, want %g\n", ND, S,
@@ -108,7 +136,9 @@ int main() {
     run(planes_case<3, 2, 4, float, float>());
   }
   // Most cases must reach the kernel (the plan refuses what is too big).
-  std::printf("the plan took %d cases of 640\n", planes_ran);
+  std::printf("the plan took %d cases of 640 (stores: %d scalar, %d vector, %d staged)\n", planes_ran,
+              stores_ran[0], stores_ran[1], stores_ran[2]);
   run(planes_ran > 320);
+  run(stores_ran[1] > 20 && stores_ran[2] > 20);
   return run.report();
 }
