@@ -413,7 +413,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
-  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
+  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, nc) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {
@@ -495,12 +495,16 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     const bool vectors = Cg % V == 0 && aligned_to(cols, 16) && aligned_to(x, sizeof(TX) * V);
     // Few taps a position: all of a thread's loads in flight (fold_cl_taps.cuh).
     FoldTapsPlan tp;
-    if (fold_taps_on() && plan_fold_taps(g, C, lay.groups, nc, vectors ? V : 1, &tp)) {
+    const int64_t scalars = Cg % 3 == 0 ? 3 : 1;  // per thread, without vectors
+    if (fold_taps_on() && plan_fold_taps(g, C, lay.groups, nc, vectors ? V : scalars, &tp)) {
       with_taps_bound(tp.taps, [&](auto taps) {
         constexpr int T = decltype(taps)::value;
         if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots) {
           if (vectors) {
             fold_cl_taps_kernel<ND, T, TC, TX, V><<<blocks_for(tp.items), kThreads, 0, stream>>>(
+                cols, x, g, C, n0, lay, tp, accumulate);
+          } else if (scalars == 3) {
+            fold_cl_taps_kernel<ND, T, TC, TX, 1, 3><<<blocks_for(tp.items), kThreads, 0, stream>>>(
                 cols, x, g, C, n0, lay, tp, accumulate);
           } else {
             fold_cl_taps_kernel<ND, T, TC, TX, 1><<<blocks_for(tp.items), kThreads, 0, stream>>>(

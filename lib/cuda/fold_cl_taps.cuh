@@ -1,7 +1,9 @@
 // Channels-last fold with all of a thread's loads in flight at once
-// (columns.cu chooses it). A thread sums V channels of one input position: one
-// 16-byte vector, or one element (V == 1) where channels do not make whole
-// vectors. Along dimension d at most ceil(kernel / tap_step) taps read a
+// (columns.cu chooses it). A thread sums V * P channels of one input
+// position: one 16-byte vector (V elements, P = 1), or where channels do not
+// make whole vectors P scalars (V = 1): 3 where the group's channels divide
+// by 3 (an RGB stem's pixel: the taps' index math and addresses paid once for
+// its channels, step 65), else 1. Along dimension d at most ceil(kernel / tap_step) taps read a
 // position; where that is at most T (2-4) in every dimension and T^ND is at
 // most kFoldTapsSlots, the T^ND candidate taps are unrolled at compile time,
 // each load predicated on its tap existing, and every load is issued before
@@ -55,7 +57,8 @@ constexpr int64_t fold_taps_slots(int64_t taps, int nd) {
   return nd == 1 ? taps : taps * fold_taps_slots(taps, nd - 1);
 }
 
-// Whether the kernel applies, V channels a thread, to images [n0, n0 + nc).
+// Whether the kernel applies, V channels a thread (V * P of the kernel), to
+// images [n0, n0 + nc).
 inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t nc, int64_t V,
                            FoldTapsPlan* p) {
   const int64_t Cg = C / groups;
@@ -121,12 +124,13 @@ __device__ __forceinline__ RawWords<TC, V> load_slot(const TC* src) {
   return r;
 }
 
-template <int ND, int T, typename TC, typename TX, int V>
+template <int ND, int T, typename TC, typename TX, int V, int P = 1>
 __global__ void __launch_bounds__(kThreads)
 fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                     ColumnsLayout lay, FoldTapsPlan p, bool accumulate) {
   using A = typename Acc<TX>::type;
-  constexpr int kSlots = static_cast<int>(fold_taps_slots(T, ND));
+  static_assert(P == 1 || V == 1, "P scalars or one vector a thread");
+  constexpr int kSlots = static_cast<int>(fold_taps_slots(T, ND)), E = V * P;
   const int64_t CK = C * g.kernel_size;
   const int32_t Cg = static_cast<int32_t>(C / lay.groups), K = static_cast<int32_t>(g.kernel_size);
   const int32_t l0 = static_cast<int32_t>(lay.l0), lc = static_cast<int32_t>(lay.lc);
@@ -158,10 +162,10 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
       o += run.o * p.position_stride[d];
       k += run.k * p.tap_stride[d];
     }
-    const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * V +
+    const TC* first = cols + static_cast<int64_t>(n) * lc * CK + static_cast<int64_t>(gi) * K * Cg + u * E +
                       static_cast<int64_t>(o - l0) * CK + static_cast<int64_t>(k) * Cg;
     keep_in_register(first);
-    RawWords<TC, V> loaded[kSlots];
+    RawWords<TC, V> loaded[kSlots][P];
     bool reads[kSlots];
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -174,24 +178,35 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
       }
       const int32_t o_slot = o - l0 - p.slot_position[s];
       reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
-      if (reads[s]) loaded[s] = load_slot<TC, V>(first + p.slot_entry[s]);
-    }
-    TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * V;
-    A acc[V];
+      if (reads[s]) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = accumulate ? static_cast<A>(to_acc(xq[v])) : A(0);
+        for (int j = 0; j < P; ++j) loaded[s][j] = load_slot<TC, V>(first + p.slot_entry[s] + j);
+      }
+    }
+    TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * E;
+    A acc[E];
+#pragma unroll
+    for (int v = 0; v < E; ++v) acc[v] = accumulate ? static_cast<A>(to_acc(xq[v])) : A(0);
 #pragma unroll
     for (int s = 0; s < kSlots; ++s)
       if (reads[s]) {
-        Pack<TC, V> e;
-        memcpy(&e, &loaded[s], sizeof(e));
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += static_cast<A>(to_acc(e.v[v]));
+        for (int j = 0; j < P; ++j) {
+          Pack<TC, V> e;
+          memcpy(&e, &loaded[s][j], sizeof(e));
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[j * V + v] += static_cast<A>(to_acc(e.v[v]));
+        }
       }
-    Pack<TX, V> out;
+    if constexpr (P == 1) {
+      Pack<TX, V> out;
 #pragma unroll
-    for (int v = 0; v < V; ++v) out.v[v] = store_value<TX>(acc[v]);
-    *reinterpret_cast<Pack<TX, V>*>(xq) = out;
+      for (int v = 0; v < V; ++v) out.v[v] = store_value<TX>(acc[v]);
+      *reinterpret_cast<Pack<TX, V>*>(xq) = out;
+    } else {
+#pragma unroll
+      for (int v = 0; v < E; ++v) xq[v] = store_value<TX>(acc[v]);
+    }
   }
 }
 
