@@ -413,7 +413,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
-  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, nc) &&
+  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {

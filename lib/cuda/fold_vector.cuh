@@ -63,8 +63,17 @@ __device__ __forceinline__ void add_shifted_by(int32_t shift, A* acc, const Pack
   }
 }
 
+// Blocks a multiprocessor for 2-byte columns in 1-D and 2-D (step 67, kernel
+// times of one build, bfloat16): the compiler's 94 registers at stride 2
+// allowed 2 (the stem 70.2 us; bound to 3: 59.8 with 64 bytes of spills; to
+// 4: 75.8, 216 bytes); its 76 at stride 1 allowed 3 (c64 / mbv2 / deeplab
+// 49.2 / 108.0 / 64.0 us; bound to 4: 46.5 / 99.8 / 60.0, 64 bytes of
+// spills).
+template <int ND, typename TC, int S>
+constexpr int kVectorFoldBlocksPerSM = sizeof(TC) == 2 && ND < 3 ? (S == 2 ? 3 : 4) : 0;
+
 template <int ND, typename TC, typename TX, int V, int S = 1>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kVectorFoldBlocksPerSM<ND, TC, S>)
 fold_cf_vector_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                       ColumnsLayout lay, int64_t lines, bool accumulate) {
   using A = typename Acc<TX>::type;

@@ -123,7 +123,6 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
 // channels a block where the grid would be under kTileGridBlocks blocks
 // (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the SMs a
 // third occupied, each warp a long serial run of taps).
-// Channels-last, a plan given nc takes fewer rows a block to the same end.
 constexpr int64_t kTileGridBlocks = 2048;
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
@@ -147,10 +146,6 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
   while (nc > 0 && !channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
     channels = (channels + 1) / 2;
-  // Channels-last blocks take every channel: fewer rows a block instead (ncu:
-  // the stem's 736 blocks of 5 rows, under one wave, 55% occupancy, neither
-  // issue- nor memory-bound).
-  while (nc > 0 && channels_last && band > 1 && grid(channels) < kTileGridBlocks) band = (band + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   return true;

@@ -37,7 +37,7 @@ bool one_case() {
   lay.l0 = draw(0, 1) == 0 ? 0 : draw(0, static_cast<int>(g.out_size) - 1);
   lay.lc = draw(1, static_cast<int>(g.out_size - lay.l0));
   TilePlan t;
-  if (!plan_tile(g, lay, C, channels_last, elem, &t, 0, 0, nc)) return true;
+  if (!plan_tile(g, lay, C, channels_last, elem, &t, 0, 0, channels_last ? 0 : nc)) return true;
   if (t.smem > kTileSmemMax || t.channels < 1 || t.channels > C || (channels_last && t.channels != C)) {
     std::printf("FAIL: nd %d, C %lld: smem %zu, channels %d\n", nd, static_cast<long long>(C), t.smem, t.channels);
     return false;
