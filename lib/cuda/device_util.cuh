@@ -27,16 +27,29 @@ template <typename T, int V>
 using RawWords = Pack<uint32_t, (sizeof(T) * V + 3) / 4>;
 
 // V elements at src as whole words, or one 2-byte element in the low half of
-// a word (a memcpy of it compiled to byte loads).
-template <typename T, int V>
+// a word (a memcpy of it compiled to byte loads). READ_ONLY: through __ldg
+// (src read-only for the kernel's lifetime), for pointers nvcc cannot trace
+// to a kernel argument (keep_in_register's), whose plain loads it makes
+// generic ones.
+template <typename T, int V, bool READ_ONLY = false>
 __device__ __forceinline__ RawWords<T, V> load_raw(const T* src) {
   using Raw = RawWords<T, V>;
+  static_assert(sizeof(T) * V == sizeof(Raw) || sizeof(T) * V == 2, "whole words or one 2-byte element");
   Raw r;
-  if constexpr (sizeof(T) * V == sizeof(Raw)) {
+  if constexpr (!READ_ONLY && sizeof(T) * V == sizeof(Raw)) {
     r = *reinterpret_cast<const Raw*>(src);
-  } else {
-    static_assert(sizeof(T) * V == 2, "whole words or one 2-byte element");
+  } else if constexpr (!READ_ONLY) {
     r.v[0] = *reinterpret_cast<const uint16_t*>(src);
+  } else if constexpr (sizeof(T) * V == 16) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+    r.v[0] = w.x, r.v[1] = w.y, r.v[2] = w.z, r.v[3] = w.w;
+  } else if constexpr (sizeof(T) * V == 8) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    r.v[0] = w.x, r.v[1] = w.y;
+  } else if constexpr (sizeof(T) * V == 4) {
+    r.v[0] = __ldg(reinterpret_cast<const unsigned int*>(src));
+  } else {
+    r.v[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
   }
   return r;
 }

@@ -2,8 +2,9 @@
 // (columns.cu chooses it). A thread sums V * P channels of one input
 // position: one 16-byte vector (V elements, P = 1), or where channels do not
 // make whole vectors P scalars (V = 1): 3 where the group's channels divide
-// by 3 (an RGB stem's pixel: the taps' index math and addresses paid once for
-// its channels, step 65), else 1. Along dimension d at most ceil(kernel / tap_step) taps read a
+// by 3 (an RGB stem's pixel: the taps' index math and addresses paid once
+// for its channels, step 65), else 1. Along dimension d at most
+// ceil(kernel / tap_step) taps read a
 // position; where that is at most T (2-4) in every dimension and T^ND is at
 // most kFoldTapsSlots, the T^ND candidate taps are unrolled at compile time,
 // each load predicated on its tap existing, and every load is issued before
@@ -14,7 +15,7 @@
 // (flattening each candidate's tap and position made the stem's fold
 // issue-bound, step 59), from a first-entry pointer held in a register (nvcc
 // re-derived it from the kernel's arguments for every slot, ~20 instructions
-// each: step 62). Each element still sums its taps in increasing order.
+// each: step 63). Each element still sums its taps in increasing order.
 #pragma once
 
 #include <cstdint>
@@ -104,26 +105,6 @@ inline bool plan_fold_taps(const Geometry& g, int64_t C, int64_t groups, int64_t
   return true;
 }
 
-// load_raw through the read-only path: nvcc makes a plain load of a pointer
-// that keep_in_register made opaque a generic one.
-template <typename TC, int V>
-__device__ __forceinline__ RawWords<TC, V> load_slot(const TC* src) {
-  RawWords<TC, V> r;
-  if constexpr (sizeof(TC) * V == 16) {
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
-    r.v[0] = w.x, r.v[1] = w.y, r.v[2] = w.z, r.v[3] = w.w;
-  } else if constexpr (sizeof(TC) * V == 8) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-    r.v[0] = w.x, r.v[1] = w.y;
-  } else if constexpr (sizeof(TC) * V == 4) {
-    r.v[0] = __ldg(reinterpret_cast<const unsigned int*>(src));
-  } else {
-    static_assert(sizeof(TC) * V == 2, "16, 8 or 4 bytes, or one 2-byte element");
-    r.v[0] = __ldg(reinterpret_cast<const unsigned short*>(src));
-  }
-  return r;
-}
-
 template <int ND, int T, typename TC, typename TX, int V, int P = 1>
 __global__ void __launch_bounds__(kThreads)
 fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
@@ -180,7 +161,7 @@ fold_cl_taps_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
       reads[s] = exists && static_cast<uint32_t>(o_slot) < static_cast<uint32_t>(lc);
       if (reads[s]) {
 #pragma unroll
-        for (int j = 0; j < P; ++j) loaded[s][j] = load_slot<TC, V>(first + p.slot_entry[s] + j);
+        for (int j = 0; j < P; ++j) loaded[s][j] = load_raw<TC, V, true>(first + p.slot_entry[s] + j);
       }
     }
     TX* xq = x + ((n0 + n) * g.in_size + qi) * C + unit * E;

@@ -53,7 +53,7 @@ __device__ __forceinline__ void staged_copy(int32_t count, Load&& load, Store&& 
 // How a thread's run of outputs (S * V consecutive elements of a line) is
 // stored. Scalar stores of runs leave a warp's store 8 (bf16) to 16 sectors
 // wide for 64-128 bytes: ncu had wav2vec's fold L2-bound (81%, 3.9 useful
-// bytes a sector), step 63.
+// bytes a sector), step 64.
 enum class RunStores : int32_t {
   kScalar,  // one element at a time (one element a thread, V == 1)
   kVector,  // lines of whole runs: a run is one aligned vector
