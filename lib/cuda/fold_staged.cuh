@@ -80,13 +80,13 @@ struct FoldPlanesPlan {
 // elem_bytes: the columns' element size; out_bytes: x's. x_aligned: x lies
 // on a boundary of run * out_bytes bytes.
 inline bool plan_fold_planes(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
-                             size_t elem_bytes, int64_t run, FoldPlanesPlan* p, size_t out_bytes = 0,
-                             bool x_aligned = false) {
+                             size_t elem_bytes, int64_t run, FoldPlanesPlan* p, size_t out_bytes,
+                             bool x_aligned) {
   const int64_t V = 16 / static_cast<int64_t>(elem_bytes);
   const int64_t plane_cols = g.kernel_size * lay.lc, width = g.in[g.nd - 1];
   p->stores = run == 1 ? RunStores::kScalar
               : width % run == 0 && x_aligned ? RunStores::kVector
-              : g.nd == 1 && out_bytes > 0 ? RunStores::kStaged
+              : g.nd == 1 ? RunStores::kStaged
                                            : RunStores::kScalar;
   const int64_t pitch = (width + run - 1) / run * run;
   auto columns_bytes = [&](int64_t channels) {
