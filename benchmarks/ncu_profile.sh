@@ -16,6 +16,11 @@
 #     cases ARGS: ours on named suite cases (benchmarks/profile_cases.py ARGS:
 #                --cases, --ops, --dtypes, --layouts), every kernel, with the
 #                compute, instruction, scheduler and memory tables
+#
+# NCU_SOURCE=1 (with cases) also records the kernels' source counters and
+# writes $OUT/ncu_sass.csv: every SASS instruction with its executed count
+# and stall samples (ncu's source page), to see which part of a kernel its
+# instructions go to.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -47,7 +52,14 @@ if [ "$mode" = cases ]; then
 fi
 [ "${SKIP_BUILD:-0}" = 1 ] || JAX_IM2COL_CUDA=ON python3 -m pip install -q --no-build-isolation --no-deps \
   --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a . > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
+report=()
+[ "${NCU_SOURCE:-0}" = 1 ] && sections+=(--section SourceCounters) && report=(-f -o "$OUT/ncu")
 cd /tmp && XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name-base "$base" \
-  --kernel-name regex:"$kernels" "${sections[@]}" python3 "$OLDPWD/$script" "$@" > "$OUT/ncu.txt" 2>&1
+  --kernel-name regex:"$kernels" "${sections[@]}" "${report[@]}" python3 "$OLDPWD/$script" "$@" > "$OUT/ncu.txt" 2>&1
+if [ "${NCU_SOURCE:-0}" = 1 ]; then
+  ncu -i "$OUT/ncu.ncu-rep" --print-details all >> "$OUT/ncu.txt" 2>&1
+  ncu -i "$OUT/ncu.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_sass.csv" 2>&1
+  rm -f "$OUT/ncu.ncu-rep"
+fi
 grep -E "_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\)|Achieved Occupancy|Stall|Registers Per|L1/TEX Hit|L2 Hit|Grid Size" \
   "$OUT/ncu.txt" | cut -c1-150 | head -${NCU_LINES:-80}

@@ -158,7 +158,8 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
     taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
-  // A warp per line where lines are whole warps wide, several lines a warp
+  // The channels' whole input read flat where the tile holds all of it; else
+  // a warp per line where lines are whole warps wide, several lines a warp
   // where they are narrower (plain geometries); in 1-D (a block has one line
   // a channel, too few for its warps) one run per channel; element by element
   // with lhs dilation.
@@ -166,7 +167,11 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   bool filled = false;
   if constexpr (ND > 1) {
     filled = t.width.d >= 32 || !g.any_lhs_dilation;
-    if (t.width.d >= 32) {
+    if (t.whole) {
+      zero_tile(tile, static_cast<size_t>(b.channels) * t.plane * sizeof(U));
+      __syncthreads();
+      fill_tile_whole<ND>(tile, x_block, b.channels, g, t);
+    } else if (t.width.d >= 32) {
       fill_tile_by_lines<ND>(tile, x_block, b.channels, b.row0, g, t);
     } else if (filled) {
       fill_tile_by_narrow_lines<ND>(tile, x_block, b.channels, b.row0, g, t);

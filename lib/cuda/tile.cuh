@@ -38,6 +38,11 @@ struct TilePlan {
   FastDiv lines;                // tile lines per channel
   FastDiv channels_div;         // C (channels-last)
   FastDiv bands_div, channel_blocks_div;  // the block index's parts (tile_block)
+  // Channels-first unfold: 1 where a block's tile holds its channels' whole
+  // input (one band from row 0, no lhs dilation), filled from it flat.
+  int32_t whole = 0;
+  FastDiv in_div[kMaxSpatial];  // g.in
+  FastDiv in_size_div;          // g.in_size
 };
 
 constexpr size_t kTileSmemPreferred = 24 * 1024;
@@ -111,6 +116,27 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
   t->channel_blocks_div = FastDiv(t->channel_blocks);
 }
 
+// JAX_IM2COL_NO_WHOLE_FILL=1: whole-input tiles filled line by line, as
+// other tiles are (same-run comparison).
+inline bool whole_fill_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_WHOLE_FILL");
+  return on;
+}
+
+// Sets t->whole where every block's tile holds the whole input of its
+// channels: a single band from output row 0 and, along every dimension, the
+// input inside the tile's extent (pad_lo >= 0, pad_lo + in <= extent), no
+// lhs dilation; 2-D and 3-D (fill_tile_1d fills 1-D tiles flat already).
+inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
+  t->whole = 0;
+  if (g.nd < 2 || g.any_lhs_dilation || t->bands != 1 || t->first_row != 0 || !whole_fill_on()) return;
+  for (int d = 0; d < g.nd; ++d)
+    if (g.pad_lo[d] < 0 || g.pad_lo[d] + g.in[d] > t->extent[d]) return;
+  for (int d = 0; d < g.nd; ++d) t->in_div[d] = FastDiv(g.in[d]);
+  t->in_size_div = FastDiv(g.in_size);
+  t->whole = 1;
+}
+
 // Plans a tiled unfold; false when the tile does not pay or does not fit.
 // Channels-first, a block covers `channels` channels of a band; its table
 // holds the K tap offsets. Channels-last, a block covers all C channels of a
@@ -124,6 +150,13 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
 // (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the SMs a
 // third occupied, each warp a long serial run of taps).
 constexpr int64_t kTileGridBlocks = 2048;
+
+// JAX_IM2COL_NO_BALANCED_TILES=1: the channel count as halved, not a
+// multiple of the warps (same-run comparison).
+inline bool balanced_tile_channels() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_BALANCED_TILES");
+  return on;
+}
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
@@ -146,8 +179,13 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
   while (nc > 0 && !channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
     channels = (channels + 1) / 2;
+  // Where warps split the channels, as many a warp (11 channels over 8 warps
+  // left the block waiting on the three warps that took two).
+  if (nc > 0 && !channels_last && fewest > 1 && channels > fewest && balanced_tile_channels())
+    channels -= channels % fewest;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
+  if (nc > 0 && !channels_last) plan_whole_fill(g, t);
   return true;
 }
 
@@ -428,7 +466,9 @@ template <int ND, typename T>
 __device__ __forceinline__ void fill_tile_by_narrow_lines(T* tile, const T* x_block, int32_t channels,
                                                           int32_t row0, const Geometry& g, const TilePlan& t) {
   const int32_t width = static_cast<int32_t>(t.width.d), lines = channels * static_cast<int32_t>(t.lines.d);
-  const int32_t per_warp = 32 / width, lane = threadIdx.x % 32, sub = lane / width, w = lane - sub * width;
+  const int32_t per_warp = t.width.div(32), lane = threadIdx.x % 32;
+  int32_t sub, w;
+  t.width.divmod(lane, sub, w);
   if (sub >= per_warp) return;  // lanes past the warp's whole lines
   const int32_t step = static_cast<int32_t>(blockDim.x / 32) * per_warp;
   const int32_t in_size = static_cast<int32_t>(g.in_size);
@@ -476,6 +516,38 @@ __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t 
     return x_block + (static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in) +
                       static_cast<uint32_t>(q));
   });
+}
+
+// Zeros the block's tile (bytes rounded up to 16: plan_tile's sizes), before
+// fill_tile_whole writes the input into it.
+__device__ __forceinline__ void zero_tile(void* tile, size_t bytes) {
+  uint4* v = static_cast<uint4*>(tile);
+  const int32_t count = static_cast<int32_t>(round16(bytes) / 16);
+  for (int32_t i = threadIdx.x; i < count; i += blockDim.x) v[i] = make_uint4(0, 0, 0, 0);
+}
+
+// Tiles of t.whole plans (zeroed first, zero_tile): the block's channels are
+// one run of channels * in_size input elements from x_block; consecutive
+// threads read consecutive elements and store each at its padded place.
+// Reads only input (the 7 x 7 maps' narrow-line fill spent most of its
+// instructions on padding lines and on each line's decode).
+template <int ND, typename T>
+__device__ __forceinline__ void fill_tile_whole(T* tile, const T* x_block, int32_t channels,
+                                                const Geometry& g, const TilePlan& t) {
+  keep_in_register(x_block);
+  fill_tile_to<kFill>(
+      tile, channels * static_cast<int32_t>(g.in_size), [&](int32_t e) { return x_block + e; },
+      [&](int32_t e) {
+        int32_t ci, rest, q, at = 0, scale = 1;
+        t.in_size_div.divmod(e, ci, rest);
+#pragma unroll
+        for (int d = ND - 1; d > 0; --d) {
+          t.in_div[d].divmod(rest, rest, q);
+          at += (q + static_cast<int32_t>(g.pad_lo[d])) * scale;
+          scale *= t.extent[d];
+        }
+        return ci * t.plane + at + (rest + static_cast<int32_t>(g.pad_lo[0])) * scale;
+      });
 }
 
 // The channels-first tile of block b: its channels of image x_image (the

@@ -2,8 +2,9 @@
 // decode (tile_block), compiled as host code, over random geometries, both
 // layouts, element sizes and image counts: the plan ends (its channel
 // splitting once never did for one channel a block), fits its shared-memory
-// limit, and its blocks cover every (image, channel, output position) of the
-// chunk exactly once. Run by tests/test_kernels_on_host.py; prints
+// limit, its channels-first blocks whose warps split the channels give each
+// warp as many, and its blocks cover every (image, channel, output position)
+// of the chunk exactly once. Run by tests/test_kernels_on_host.py; prints
 // "N passed, M failed".
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +41,13 @@ bool one_case() {
   if (!plan_tile(g, lay, C, channels_last, elem, &t, 0, 0, channels_last ? 0 : nc)) return true;
   if (t.smem > kTileSmemMax || t.channels < 1 || t.channels > C || (channels_last && t.channels != C)) {
     std::printf("FAIL: nd %d, C %lld: smem %zu, channels %d\n", nd, static_cast<long long>(C), t.smem, t.channels);
+    return false;
+  }
+  // Where the block's warps split the channels, as many a warp.
+  const bool split = !channels_last && nc > 0 && static_cast<int64_t>(t.band) * t.rest < kThreads;
+  if (split && t.channels > kThreads / 32 && t.channels % (kThreads / 32) != 0) {
+    std::printf("FAIL: nd %d, C %lld: %d channels over %d warps\n", nd, static_cast<long long>(C), t.channels,
+                kThreads / 32);
     return false;
   }
   const int64_t images = nc > 0 ? nc : 1;
