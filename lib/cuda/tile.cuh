@@ -151,11 +151,16 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 // third occupied, each warp a long serial run of taps).
 constexpr int64_t kTileGridBlocks = 2048;
 
-// JAX_IM2COL_NO_BALANCED_TILES=1: the channel count as halved, not a
-// multiple of the warps (same-run comparison).
-inline bool balanced_tile_channels() {
-  static const bool on = kernel_on("JAX_IM2COL_NO_BALANCED_TILES");
-  return on;
+// Blocks that a channels-first unfold whose warps split the channels aims
+// for: JAX_IM2COL_TILE_GRID_BLOCKS where set (same-run comparison), else
+// kTileGridBlocks.
+inline int64_t split_tile_grid_blocks() {
+  static const int64_t blocks = [] {
+    const char* v = std::getenv("JAX_IM2COL_TILE_GRID_BLOCKS");
+    const long long n = v != nullptr ? std::atoll(v) : 0;
+    return n > 0 ? static_cast<int64_t>(n) : kTileGridBlocks;
+  }();
+  return blocks;
 }
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
@@ -176,13 +181,19 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   // Bands under a block's width of positions split the channels among the
   // block's warps (columns.cu): at least one channel a warp.
   auto grid = [&](int64_t ch) { return nc * ((C + ch - 1) / ch) * ((rows + band - 1) / band); };
-  const int64_t fewest = band * t->rest < kThreads ? kThreads / 32 : 1;
-  while (nc > 0 && !channels_last && channels > 1 && (channels + 1) / 2 >= fewest && grid(channels) < kTileGridBlocks)
-    channels = (channels + 1) / 2;
-  // Where warps split the channels, as many a warp (11 channels over 8 warps
-  // left the block waiting on the three warps that took two).
-  if (nc > 0 && !channels_last && fewest > 1 && channels > fewest && balanced_tile_channels())
-    channels -= channels % fewest;
+  const int64_t warps = kThreads / 32;
+  if (nc > 0 && !channels_last && band * t->rest < kThreads) {
+    // Warps split the channels: as many a warp (11 channels over 8 warps
+    // left the block waiting on the three that took two), as many as leave
+    // the grid its blocks (a warp's setup is paid once for its channels).
+    const int64_t per_warp = nc * C * ((rows + band - 1) / band) / (split_tile_grid_blocks() * warps);
+    channels = C < warps ? C : std::min(std::max<int64_t>(per_warp, 1) * warps, C / warps * warps);
+    while (bytes(band, channels) > kTileSmemPreferred && channels > 1)
+      channels = channels > warps ? channels - warps : channels - 1;
+  } else {
+    while (nc > 0 && !channels_last && channels > 1 && grid(channels) < kTileGridBlocks)
+      channels = (channels + 1) / 2;
+  }
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   if (nc > 0 && !channels_last) plan_whole_fill(g, t);
