@@ -126,10 +126,14 @@ inline bool whole_fill_on() {
 // Sets t->whole where every block's tile holds the whole input of its
 // channels: a single band from output row 0 and, along every dimension, the
 // input inside the tile's extent (pad_lo >= 0, pad_lo + in <= extent), no
-// lhs dilation; 2-D and 3-D (fill_tile_1d fills 1-D tiles flat already).
+// lhs dilation; 2-D and 3-D (fill_tile_1d fills 1-D tiles flat already);
+// and where over a quarter of the tile is padding, which the line fills
+// spend instructions on (7 x 7 maps in 9 x 9 tiles: 40%, 9.8 -> 9.2 us;
+// 14 x 14 in 16 x 16, 23%: the line fill was as fast or faster).
 inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
   t->whole = 0;
   if (g.nd < 2 || g.any_lhs_dilation || t->bands != 1 || t->first_row != 0 || !whole_fill_on()) return;
+  if (4 * g.in_size >= 3 * static_cast<int64_t>(t->plane)) return;
   for (int d = 0; d < g.nd; ++d)
     if (g.pad_lo[d] < 0 || g.pad_lo[d] + g.in[d] > t->extent[d]) return;
   for (int d = 0; d < g.nd; ++d) t->in_div[d] = FastDiv(g.in[d]);
@@ -152,16 +156,9 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 constexpr int64_t kTileGridBlocks = 2048;
 
 // Blocks that a channels-first unfold whose warps split the channels aims
-// for: JAX_IM2COL_TILE_GRID_BLOCKS where set (same-run comparison), else
-// kTileGridBlocks.
-inline int64_t split_tile_grid_blocks() {
-  static const int64_t blocks = [] {
-    const char* v = std::getenv("JAX_IM2COL_TILE_GRID_BLOCKS");
-    const long long n = v != nullptr ? std::atoll(v) : 0;
-    return n > 0 ? static_cast<int64_t>(n) : kTileGridBlocks;
-  }();
-  return blocks;
-}
+// for (7 x 7 maps: 1024 blocks of 16 channels took 9.2 us where 2048 of 8
+// took 10.5, and 512 of 32 9.5; BENCHMARKS.md, step 68).
+constexpr int64_t kSplitTileGridBlocks = 1024;
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
@@ -186,7 +183,7 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
     // Warps split the channels: as many a warp (11 channels over 8 warps
     // left the block waiting on the three that took two), as many as leave
     // the grid its blocks (a warp's setup is paid once for its channels).
-    const int64_t per_warp = nc * C * ((rows + band - 1) / band) / (split_tile_grid_blocks() * warps);
+    const int64_t per_warp = nc * C * ((rows + band - 1) / band) / (kSplitTileGridBlocks * warps);
     channels = C < warps ? C : std::min(std::max<int64_t>(per_warp, 1) * warps, C / warps * warps);
     while (bytes(band, channels) > kTileSmemPreferred && channels > 1)
       channels = channels > warps ? channels - warps : channels - 1;
