@@ -24,6 +24,7 @@
 #include "fold_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
+#include "unfold_pairs.cuh"
 
 namespace im2col::cuda {
 namespace {
@@ -156,8 +157,12 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
   const TileBlock b = tile_block(t, C, lay);
   const int32_t K = static_cast<int32_t>(g.kernel_size);
-  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x)
-    taps[kk] = tap_offset<ND>(g, t, kk) * static_cast<int32_t>(sizeof(U));  // bytes
+  constexpr bool kPairs = sizeof(U) == 2 && ND > 1;
+  for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) {
+    const int32_t tap = tap_offset<ND>(g, t, kk);
+    taps[kk] = kPairs && t.pairs ? pair_tap_offset(tap, t.channels * t.plane)
+                                 : tap * static_cast<int32_t>(sizeof(U));  // bytes
+  }
   // The channels' whole input read flat where the tile holds all of it; else
   // a warp per line where lines are whole warps wide, several lines a warp
   // where they are narrower (plain geometries); in 1-D (a block has one line
@@ -183,6 +188,14 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   if (!filled) fill_channels_first<ND>(tile, x_block, g, t, b);
   __syncthreads();
   U* image = cols + b.n * lay.image_stride + b.c0 * g.kernel_size * lay.row_stride;
+  if constexpr (kPairs) {
+    if (t.pairs) {
+      shift_tile_copy(tile, b.channels * t.plane, t.channels * t.plane);
+      __syncthreads();
+      write_pairs<ND>(tile, taps, image, g, t, lay, b);
+      return;
+    }
+  }
   // Positions a thread: as few as cover the band (slots past it still issue,
   // predicated off: resnext's 784 positions filled 3 of 8).
   const int32_t positions = b.p_end - b.p_begin;
@@ -406,6 +419,13 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
+// JAX_IM2COL_NO_UNFOLD_PAIRS=1 writes 2-byte channels-first columns an
+// element at a time everywhere (BENCHMARKS.md, step 69).
+bool unfold_pairs_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_UNFOLD_PAIRS");
+  return on;
+}
+
 template <int ND, typename U>
 cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                          int64_t C, int64_t n0, int64_t nc,
@@ -418,8 +438,11 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
-  if (!cl_vectors && plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
+  // Pairs keep a shifted copy of the tile beside it: planned as 4-byte elements.
+  const bool pairs = !channels_last && sizeof(U) == 2 && unfold_pairs_on() && unfold_pairs_fit(g, lay, cols);
+  if (!cl_vectors && plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
+    t.pairs = pairs ? 1 : 0;
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {
       unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
