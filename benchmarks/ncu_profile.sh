@@ -19,8 +19,9 @@
 #
 # NCU_SOURCE=1 (with cases) also records the kernels' source counters and
 # writes $OUT/ncu_sass.csv: every SASS instruction with its executed count
-# and stall samples (ncu's source page), to see which part of a kernel its
-# instructions go to.
+# and stall samples (ncu's source page), and $OUT/ncu_sass_regions.txt, its
+# largest runs of executed code (benchmarks/ncu_sass_regions.py), to see
+# which part of a kernel its instructions go to.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench_out}
@@ -60,6 +61,7 @@ if [ "${NCU_SOURCE:-0}" = 1 ]; then
   ncu -i "$OUT/ncu.ncu-rep" --print-details all >> "$OUT/ncu.txt" 2>&1
   ncu -i "$OUT/ncu.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu_sass.csv" 2>&1
   rm -f "$OUT/ncu.ncu-rep"
+  python3 "$OLDPWD/benchmarks/ncu_sass_regions.py" "$OUT/ncu_sass.csv" > "$OUT/ncu_sass_regions.txt" 2>&1
 fi
 grep -E "_kernel|Memory Throughput|DRAM Throughput|Duration|Compute \(SM\)|Achieved Occupancy|Stall|Registers Per|L1/TEX Hit|L2 Hit|Grid Size" \
   "$OUT/ncu.txt" | cut -c1-150 | head -${NCU_LINES:-80}
