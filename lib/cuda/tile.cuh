@@ -39,7 +39,7 @@ struct TilePlan {
   FastDiv channels_div;         // C (channels-last)
   FastDiv bands_div, channel_blocks_div;  // the block index's parts (tile_block)
   // Channels-first unfold: 1 where a block's tile holds its channels' whole
-  // input (one band from row 0, no lhs dilation), filled from it flat.
+  // input and is filled from it flat (plan_whole_fill).
   int32_t whole = 0;
   int32_t pairs = 0;  // 1: 2-byte columns written a pair of positions at a time (unfold_pairs.cuh)
   FastDiv in_div[kMaxSpatial];  // g.in
@@ -151,14 +151,14 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 // asks for block_extra bytes per block and channel_extra per channel of the
 // block (channels-first). Given the chunk's images nc (the unfold does;
 // the depthwise kernels pass none), a channels-first plan takes fewer
-// channels a block where the grid would be under kTileGridBlocks blocks
-// (small planes: ncu had 416 blocks of 41 channels of 7 x 7 leave the SMs a
-// third occupied, each warp a long serial run of taps).
+// channels a block where the grid would be under kTileGridBlocks blocks;
+// where bands have under a block's width of positions, so that the warps
+// split the channels, it takes as many channels a warp and aims at
+// kSplitTileGridBlocks blocks (ncu had 416 blocks of 41 channels of 7 x 7
+// leave the SMs a third occupied; 2048 of 8 paid each warp's setup for one
+// channel: 1024 blocks of 16 took 9.2 us, 2048 of 8 10.5, 512 of 32 9.5;
+// BENCHMARKS.md, step 68).
 constexpr int64_t kTileGridBlocks = 2048;
-
-// Blocks that a channels-first unfold whose warps split the channels aims
-// for (7 x 7 maps: 1024 blocks of 16 channels took 9.2 us where 2048 of 8
-// took 10.5, and 512 of 32 9.5; BENCHMARKS.md, step 68).
 constexpr int64_t kSplitTileGridBlocks = 1024;
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
