@@ -24,7 +24,7 @@
 #include "fold_vector.cuh"
 #include "device_util.cuh"
 #include "tile.cuh"
-#include "unfold_pairs.cuh"
+#include "unfold_write.cuh"
 
 namespace im2col::cuda {
 namespace {
@@ -105,47 +105,6 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
-// Channels-first: consecutive threads take consecutive positions of the band
-// (LANES of them: the whole block, or a warp when the band has fewer
-// positions than the block has threads, the warps then splitting the
-// channels); a thread holds the offsets of up to POSITIONS positions and
-// writes them for every tap of each of its channels, so a tap offset is read
-// once per POSITIONS elements. LANES is a compile-time constant so that
-// the POSITIONS stores of a tap share one address (immediate offsets): ncu
-// showed the kernel issue-bound at 8 instructions per element. Bands of up
-// to two warps' width (7 x 7 maps) take 2 positions a lane, so that stores
-// past the band are not issued, predicated off, for every tap.
-constexpr int kPositions = 8;
-
-template <int LANES, int ND, typename U, int POSITIONS = kPositions>
-__device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,  // taps: bytes
-                                           const Geometry& g, const TilePlan& t,
-                                           const ColumnsLayout& lay, const TileBlock& b) {
-  constexpr int32_t groups = kThreads / LANES;
-  const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
-  const int32_t K = static_cast<int32_t>(g.kernel_size);
-  for (int32_t e0 = b.p_begin + first; e0 < b.p_end; e0 += LANES * POSITIONS) {
-    int32_t pos[POSITIONS];  // byte offsets into a channel's tile; -1: none
-#pragma unroll
-    for (int j = 0; j < POSITIONS; ++j) {
-      const int32_t e = e0 + j * LANES;
-      pos[j] = e < b.p_end ? position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + e, b.row0) *
-                                 static_cast<int32_t>(sizeof(U))
-                           : -1;
-    }
-    for (int32_t ci = group; ci < b.channels; ci += groups) {
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(tile + ci * t.plane);
-      U* dst = image + ci * g.kernel_size * lay.row_stride + e0;
-      for (int32_t kk = 0; kk < K; ++kk, dst += lay.row_stride) {
-        const unsigned char* tap = src + taps[kk];
-#pragma unroll
-        for (int j = 0; j < POSITIONS; ++j)
-          if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const U*>(tap + pos[j]);
-      }
-    }
-  }
-}
-
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
 // the 5 blocks that 48 registers allow. Launched with kThreads threads.
 template <int ND, typename U>
@@ -196,18 +155,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
       return;
     }
   }
-  // Positions a thread: as few as cover the band (slots past it still issue,
-  // predicated off: resnext's 784 positions filled 3 of 8).
-  const int32_t positions = b.p_end - b.p_begin;
-  if (positions > 4 * kThreads) {
-    write_band<kThreads, ND>(tile, taps, image, g, t, lay, b);
-  } else if (positions >= kThreads) {
-    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b);
-  } else if (positions > 64) {
-    write_band<32, ND>(tile, taps, image, g, t, lay, b);
-  } else {
-    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
-  }
+  write_elements<ND>(tile, taps, image, g, t, lay, b);
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
@@ -420,7 +368,7 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 }
 
 // JAX_IM2COL_NO_UNFOLD_PAIRS=1 writes 2-byte channels-first columns an
-// element at a time everywhere (BENCHMARKS.md, step 69).
+// element at a time everywhere (unfold_write.cuh; BENCHMARKS.md, step 69).
 bool unfold_pairs_on() {
   static const bool on = kernel_on("JAX_IM2COL_NO_UNFOLD_PAIRS");
   return on;

@@ -41,7 +41,7 @@ struct TilePlan {
   // Channels-first unfold: 1 where a block's tile holds its channels' whole
   // input and is filled from it flat (plan_whole_fill).
   int32_t whole = 0;
-  int32_t pairs = 0;  // 1: 2-byte columns written a pair of positions at a time (unfold_pairs.cuh)
+  int32_t pairs = 0;  // 1: 2-byte columns written a pair of positions at a time (unfold_write.cuh)
   FastDiv in_div[kMaxSpatial];  // g.in
   FastDiv in_size_div;          // g.in_size
 };
