@@ -368,6 +368,17 @@ LARGE_CASES = [
     # take it).
     pytest.param(Case.make((7, 7), (3, 3), padding=((1, 1), (1, 1)), c=21), id="2d-small-planes"),
     pytest.param(Case.make((1599,), (3,), stride=(2,), c=4), id="1d-odd-line"),
+    # Stride 2 along even output rows (dilated: taps at odd and even
+    # offsets; 3-D), and tiles holding their channels' whole input (the
+    # channels-first unfold's zeroed tiles; even rows: in pairs for 2-byte
+    # columns, unfold_write.cuh).
+    pytest.param(Case.make((30, 52), (3, 5), stride=(2, 2), dilation=(1, 2), padding=((1, 1), (4, 4)), c=3),
+                 id="2d-strided-even-rows"),
+    pytest.param(Case.make((6, 12, 40), (3, 3, 3), stride=(1, 2, 2), padding=((1, 1), (1, 1), (1, 1)), n=1, c=3),
+                 id="3d-strided-even-rows"),
+    pytest.param(Case.make((6, 10), (3, 3), padding=((1, 1), (1, 1)), c=24), id="2d-whole-tile-pairs"),
+    pytest.param(Case.make((8, 8), (3, 3), stride=(2, 2), padding=((1, 1), (1, 1)), c=24),
+                 id="2d-whole-tile-strided"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 
