@@ -158,8 +158,14 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 // leave the SMs a third occupied; 2048 of 8 paid each warp's setup for one
 // channel: 1024 blocks of 16 took 9.2 us, 2048 of 8 10.5, 512 of 32 9.5;
 // BENCHMARKS.md, step 68).
+// Where one channel a block leaves the grid under kTileBandGridBlocks
+// blocks, bands are halved until it is not (the RGB stem's 672 blocks of 18
+// rows, under one wave of 792: bfloat16 48-49 us; 1248 blocks of 9 rows 41-43;
+// 2208 of 5, whose halo and write slots cost more, 49-50; float32 76 us in
+// all three; BENCHMARKS.md, step 72).
 constexpr int64_t kTileGridBlocks = 2048;
 constexpr int64_t kSplitTileGridBlocks = 1024;
+constexpr int64_t kTileBandGridBlocks = 1024;
 
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
@@ -191,6 +197,11 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   } else {
     while (nc > 0 && !channels_last && channels > 1 && grid(channels) < kTileGridBlocks)
       channels = (channels + 1) / 2;
+    // Still under kTileBandGridBlocks at one channel a block (few channels):
+    // fewer rows a band, while a band keeps a block's width of positions.
+    while (nc > 0 && !channels_last && grid(channels) < kTileBandGridBlocks && band > 1 &&
+           (band + 1) / 2 * t->rest >= kThreads)
+      band = (band + 1) / 2;
   }
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);

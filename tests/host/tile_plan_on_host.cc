@@ -3,7 +3,8 @@
 // layouts, element sizes and image counts: the plan ends (its channel
 // splitting once never did for one channel a block), fits its shared-memory
 // limit, its channels-first blocks whose warps split the channels give each
-// warp as many, and its blocks cover every (image, channel, output position)
+// warp as many, grids of one channel a block under kTileBandGridBlocks
+// have bands as short as a block's width allows, and its blocks cover every (image, channel, output position)
 // of the chunk exactly once. Run by tests/test_kernels_on_host.py; prints
 // "N passed, M failed".
 #include <cstdint>
@@ -48,6 +49,14 @@ bool one_case() {
   if (split && t.channels > kThreads / 32 && t.channels % (kThreads / 32) != 0) {
     std::printf("FAIL: nd %d, C %lld: %d channels over %d warps\n", nd, static_cast<long long>(C), t.channels,
                 kThreads / 32);
+    return false;
+  }
+  // A grid under kTileBandGridBlocks at one channel a block: bands as short as they go.
+  const int64_t blocks = tile_blocks(t, nc);
+  if (!channels_last && !split && nc > 0 && t.channels == 1 && blocks < kTileBandGridBlocks && t.band > 1 &&
+      (t.band + 1) / 2 * t.rest >= kThreads && t.smem <= kTileSmemPreferred) {
+    std::printf("FAIL: nd %d: %lld blocks of bands of %d rows of %d positions\n", nd, static_cast<long long>(blocks),
+                t.band, t.rest);
     return false;
   }
   const int64_t images = nc > 0 ? nc : 1;
