@@ -1180,14 +1180,17 @@ def md_table(header: list, rows: list) -> list:
   return lines
 
 
-def geomean_rows(keyed_rows: list, ratio_cols: list, n_lead: int, n_mid: int) -> list:
-  """Rows 'geomean (cf)', '(cl)', '(all)' over (key, row) pairs for the ratio columns."""
+def geomean_rows(keyed_rows: list, ratio_cols: list, n_lead: int, n_mid: int, trailing: list = ()) -> list:
+  """Rows 'geomean (cf)', '(cl)', '(all)' over (key, row) pairs for the ratio
+  columns, then for each of `trailing` ((value of a row, digits), or None for
+  a blank cell)."""
   out = []
   for label, keep in [("cf", lambda k: k[3] == "cf"), ("cl", lambda k: k[3] == "cl"), ("all", lambda k: True)]:
     sel = [row for key, row in keyed_rows if keep(key)]
     if not sel or (label == "all" and len({k[3] for k, _ in keyed_rows}) < 2):
       continue
     g = [fmt(geomean(ratio(row, a, b) for row in sel), 2) for _, a, b in ratio_cols]
+    g += [fmt(geomean(col[0](row) for row in sel), col[1]) if col else "" for col in trailing]
     out.append([f"**geomean ({label})**"] + [""] * (n_lead - 1) + [""] * n_mid + g)
   return out
 
@@ -1203,13 +1206,10 @@ def section_table(section: str, rows: dict, ceilings: dict, group: str = "suite"
     body.append([case, dt, layout] + [cell_ms(row, i) for i in spec["impls"]] +
                 [fmt(ratio(row, a, b), 2) for _, a, b in spec["ratios"]] +
                 [fmt(f(row, ceilings), digits) for _, f, digits in spec["derived"]])
-  geo = geomean_rows(keyed, spec["ratios"], 3, len(spec["impls"]))
   # Percentages averaged as the ratios are; other derived columns left blank.
-  labels = {"cf": lambda k: k[3] == "cf", "cl": lambda k: k[3] == "cl", "all": lambda k: True}
-  for g in geo:
-    keep = labels[g[0].split("(")[1].rstrip(")*")]
-    g += [fmt(geomean(f(row, ceilings) for k, row in keyed if keep(k)), digits) if "%" in name else ""
-          for name, f, digits in spec["derived"]]
+  trailing = [((lambda row, f=f: f(row, ceilings)), digits) if "%" in name else None
+              for name, f, digits in spec["derived"]]
+  geo = geomean_rows(keyed, spec["ratios"], 3, len(spec["impls"]), trailing)
   return [f"### {spec['title']}", ""] + md_table(header, body + geo) + [""]
 
 
