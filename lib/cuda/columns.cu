@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "columns.h"
 #include "fold_cl_taps.cuh"
@@ -73,7 +74,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
-template <int ND, typename U, int V>
+template <int ND, typename U, int V, bool STREAM = false>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -100,15 +101,19 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 #pragma unroll
         for (int v = 0; v < V; ++v) p.v[v] = U(0);
       }
-      *reinterpret_cast<Pack<U, V>*>(dst) = p;
+      if constexpr (STREAM && sizeof(p) == 16) {
+        __stcs(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(&p));
+      } else {
+        *reinterpret_cast<Pack<U, V>*>(dst) = p;
+      }
     }
   }
 }
 
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
 // the 5 blocks that 48 registers allow. Launched with kThreads threads.
-template <int ND, typename U>
-__global__ void __launch_bounds__(kThreads, 6)
+template <int ND, typename U, int MIN_BLOCKS = 6>
+__global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -155,7 +160,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
       return;
     }
   }
-  write_elements<ND>(tile, taps, image, g, t, lay, b);
+  write_elements<ND, U>(tile, taps, image, g, t, lay, b);
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
@@ -168,15 +173,15 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
 // taking element i of every 32, whose (position, element) advance by 32.
 constexpr int32_t kChunk = 8;
 
-template <typename U>
+template <bool STREAM, int CHUNK = kChunk, typename U>
 __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, const int32_t* element,
                                                    const int32_t* position, U* dst,
                                                    int32_t positions, int32_t row) {
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t chunk = 0; chunk < row; chunk += 32 * kChunk) {
-    int32_t el[kChunk];
+  for (int32_t chunk = 0; chunk < row; chunk += 32 * CHUNK) {
+    int32_t el[CHUNK];
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
+    for (int i = 0; i < CHUNK; ++i) {
       const int32_t r = chunk + lane + 32 * i;
       el[i] = r < row ? element[r] : -1;
     }
@@ -184,8 +189,8 @@ __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, co
     for (int32_t p = warp; p < positions; p += warps, out += static_cast<int64_t>(warps) * row) {
       const unsigned char* src = tile + position[p];
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i)
-        if (el[i] >= 0) out[32 * i] = *reinterpret_cast<const U*>(src + el[i]);
+      for (int i = 0; i < CHUNK; ++i)
+        if (el[i] >= 0) store_column<STREAM>(out + 32 * i, *reinterpret_cast<const U*>(src + el[i]));
     }
   }
 }
@@ -211,7 +216,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
   }
 }
 
-template <int ND, typename U>
+template <int ND, typename U, bool STREAM = false, int CHUNK = kChunk>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -243,7 +248,7 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
   const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
   if (row >= 32) {
-    write_rows_chunked(bytes_tile, element, position, dst, positions, row);
+    write_rows_chunked<STREAM, CHUNK>(bytes_tile, element, position, dst, positions, row);
   } else {
     write_rows_flat(bytes_tile, element, position, dst, positions, row);
   }
@@ -393,9 +398,27 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     t.pairs = pairs ? 1 : 0;
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {
-      unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      // Experiment (twenty-sixth session): JAX_IM2COL_UNFOLD_VARIANT=8 bounds
+      // the kernel to 8 blocks a multiprocessor (32 registers, no spills in
+      // 2- and 4-byte types); =s streams the channels-last kernels' stores.
+      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
+      bool launched = false;
+      if constexpr (sizeof(U) < 8) {
+        if (variant_env != nullptr && variant_env[0] == '8') {
+          unfold_cf_tiled_kernel<ND, U, 8><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+          launched = true;
+        }
+      }
+      if (!launched) unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
-      unfold_cl_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
+      if (variant_env != nullptr && variant_env[0] == 's') {
+        unfold_cl_tiled_kernel<ND, U, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      } else if (variant_env != nullptr && variant_env[0] == 'c' && ND == 2) {  // =c: 5-slot chunks
+        unfold_cl_tiled_kernel<ND, U, false, 5><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      } else {
+        unfold_cl_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      }
     }
   } else if (!channels_last) {
     const int64_t rows = nc * C;
@@ -407,8 +430,14 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-          x, cols, g, C, n0, lay, rows, C / V);
+      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
+      if (variant_env != nullptr && variant_env[0] == 's') {
+        unfold_cl_kernel<ND, U, V, true><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+            x, cols, g, C, n0, lay, rows, C / V);
+      } else {
+        unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+            x, cols, g, C, n0, lay, rows, C / V);
+      }
     } else {
       unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C);

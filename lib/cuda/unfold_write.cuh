@@ -35,7 +35,22 @@ namespace im2col::cuda {
 // channel's first column row.
 constexpr int kPositions = 8;
 
-template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U>
+// A column entry's store: plain, or STREAM (st.global.cs, evict-first: the
+// columns are not read again by the kernel that writes them).
+template <bool STREAM, typename W>
+__device__ __forceinline__ void store_column(W* p, W v) {
+  if constexpr (STREAM && sizeof(W) == 2) {
+    __stcs(reinterpret_cast<unsigned short*>(p), static_cast<unsigned short>(v));
+  } else if constexpr (STREAM && sizeof(W) == 4) {
+    __stcs(reinterpret_cast<unsigned int*>(p), static_cast<unsigned int>(v));
+  } else if constexpr (STREAM && sizeof(W) == 8) {
+    __stcs(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  } else {
+    *p = v;
+  }
+}
+
+template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U, bool STREAM = false>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,
                                            const Geometry& g, const TilePlan& t,
                                            const ColumnsLayout& lay, const TileBlock& b) {
@@ -60,7 +75,7 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
         const unsigned char* tap = src + taps[kk];
 #pragma unroll
         for (int j = 0; j < POSITIONS; ++j)
-          if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
+          if (pos[j] >= 0) store_column<STREAM>(dst + j * LANES, *reinterpret_cast<const W*>(tap + pos[j]));
       }
     }
   }
@@ -70,39 +85,39 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
 // the band (slots past it still issue, predicated off: resnext's 784
 // positions filled 3 of 8); bands of up to two warps' width (7 x 7 maps)
 // take 2 positions a lane.
-template <int ND, typename U>
+template <int ND, typename U, bool STREAM = false>
 __device__ __forceinline__ void write_elements(const U* tile, const int32_t* taps, U* image, const Geometry& g,
                                                const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b) {
   const int32_t positions = b.p_end - b.p_begin;
   if (positions > 4 * kThreads) {
-    write_band<kThreads, ND, U>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (positions >= kThreads) {
-    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U, 4, U, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (positions > 64) {
-    write_band<32, ND, U>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b);
   } else {
-    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U, 2, U, STREAM>(tile, taps, image, g, t, lay, b);
   }
 }
 
 // write_band over pairs, with as many pairs a thread as cover the band.
-template <int ND>
+template <int ND, bool STREAM = false>
 __device__ __forceinline__ void write_pairs(const uint16_t* tile, const int32_t* taps, uint16_t* image,
                                             const Geometry& g, const TilePlan& t, const ColumnsLayout& lay,
                                             const TileBlock& b) {
   const int32_t pairs = (b.p_end - b.p_begin) / 2;
   if (pairs > 4 * kThreads) {
-    write_band<kThreads, ND, uint16_t, 8, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 8, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 2 * kThreads) {
-    write_band<kThreads, ND, uint16_t, 4, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 4, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (pairs >= kThreads) {
-    write_band<kThreads, ND, uint16_t, 2, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 2, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 128) {
-    write_band<32, ND, uint16_t, 8, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 8, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 64) {
-    write_band<32, ND, uint16_t, 4, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 4, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   } else {
-    write_band<32, ND, uint16_t, 2, uint32_t>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 2, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
   }
 }
 
