@@ -74,7 +74,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
-template <int ND, typename U, int V, bool STREAM = false>
+template <int ND, typename U, int V>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -101,18 +101,14 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 #pragma unroll
         for (int v = 0; v < V; ++v) p.v[v] = U(0);
       }
-      if constexpr (STREAM && sizeof(p) == 16) {
-        __stcs(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(&p));
-      } else {
-        *reinterpret_cast<Pack<U, V>*>(dst) = p;
-      }
+      store_streaming<0>(reinterpret_cast<Pack<U, V>*>(dst), p);
     }
   }
 }
 
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
 // the 5 blocks that 48 registers allow. Launched with kThreads threads.
-template <int ND, typename U, int MIN_BLOCKS = 6>
+template <int ND, typename U, int MIN_BLOCKS, bool STREAM>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -156,24 +152,26 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     if (t.pairs) {
       shift_tile_copy(tile, b.channels * t.plane, t.channels * t.plane);
       __syncthreads();
-      write_pairs<ND>(tile, taps, image, g, t, lay, b);
+      write_pairs<ND, STREAM>(tile, taps, image, g, t, lay, b);
       return;
     }
   }
-  write_elements<ND, U>(tile, taps, image, g, t, lay, b);
+  write_elements<ND, U, STREAM>(tile, taps, image, g, t, lay, b);
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
 // run of rows (n, l), each C * K long; element r of a row reads the tile at
 // position[p] + element[r] (byte offsets, from two tables). Rows of at least
-// 32 elements are written a chunk of 32 * kChunk elements at a time: a lane
+// 32 elements are written a chunk of 32 * CHUNK elements at a time: a lane
 // keeps the chunk's element offsets in registers and a warp writes the chunk
 // of one position after another, 3 instructions per element (ncu showed the
 // kernel issue-bound). Shorter rows are written as one flat run, lane i
 // taking element i of every 32, whose (position, element) advance by 32.
+// Stores stream (the columns-last unfold's rows: 72.5 -> 70.9 us on the
+// bfloat16 stem; BENCHMARKS.md, step 74).
 constexpr int32_t kChunk = 8;
 
-template <bool STREAM, int CHUNK = kChunk, typename U>
+template <int CHUNK, typename U>
 __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, const int32_t* element,
                                                    const int32_t* position, U* dst,
                                                    int32_t positions, int32_t row) {
@@ -188,9 +186,10 @@ __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, co
     U* out = dst + static_cast<int64_t>(warp) * row + chunk + lane;
     for (int32_t p = warp; p < positions; p += warps, out += static_cast<int64_t>(warps) * row) {
       const unsigned char* src = tile + position[p];
-#pragma unroll
-      for (int i = 0; i < CHUNK; ++i)
-        if (el[i] >= 0) store_column<STREAM>(out + 32 * i, *reinterpret_cast<const U*>(src + el[i]));
+      for_each_index<CHUNK>([&](auto I) {
+        constexpr int i = decltype(I)::value;
+        if (el[i] >= 0) store_streaming<32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
+      });
     }
   }
 }
@@ -206,7 +205,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       const int32_t e = seg + lane + 32 * j;
-      if (e < count) dst[e] = *reinterpret_cast<const U*>(tile + position[p] + element[r]);
+      if (e < count) store_streaming<0>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
       r += 32;
       while (r >= row) {
         r -= row;
@@ -216,7 +215,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
   }
 }
 
-template <int ND, typename U, bool STREAM = false, int CHUNK = kChunk>
+template <int ND, typename U, int CHUNK>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -248,7 +247,7 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
   const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
   if (row >= 32) {
-    write_rows_chunked<STREAM, CHUNK>(bytes_tile, element, position, dst, positions, row);
+    write_rows_chunked<CHUNK>(bytes_tile, element, position, dst, positions, row);
   } else {
     write_rows_flat(bytes_tile, element, position, dst, positions, row);
   }
@@ -398,26 +397,27 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     t.pairs = pairs ? 1 : 0;
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {
-      // Experiment (twenty-sixth session): JAX_IM2COL_UNFOLD_VARIANT=8 bounds
-      // the kernel to 8 blocks a multiprocessor (32 registers, no spills in
-      // 2- and 4-byte types); =s streams the channels-last kernels' stores.
-      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
-      bool launched = false;
-      if constexpr (sizeof(U) < 8) {
-        if (variant_env != nullptr && variant_env[0] == '8') {
-          unfold_cf_tiled_kernel<ND, U, 8><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-          launched = true;
-        }
-      }
-      if (!launched) unfold_cf_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-    } else {
+      // 8 blocks a multiprocessor (32 registers, no spills) for 2-byte
+      // types, and 4-byte ones in 1-D and 3-D; 6 (40 registers) for the rest
+      // (BENCHMARKS.md, step 74).
+      constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
+      // Experiment: JAX_IM2COL_UNFOLD_VARIANT=s streams the stores.
       static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
       if (variant_env != nullptr && variant_env[0] == 's') {
-        unfold_cl_tiled_kernel<ND, U, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      } else if (variant_env != nullptr && variant_env[0] == 'c' && ND == 2) {  // =c: 5-slot chunks
-        unfold_cl_tiled_kernel<ND, U, false, 5><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+        unfold_cf_tiled_kernel<ND, U, kBlocks, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       } else {
-        unfold_cl_tiled_kernel<ND, U><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+        unfold_cf_tiled_kernel<ND, U, kBlocks, false><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      }
+    } else {
+      // A chunk of as many slots as a row needs, of 3, 5 or 8 (the RGB
+      // stem's rows of 147 filled 5 of 8: 72.5 -> 67.2 us in bfloat16).
+      const int64_t row = C * g.kernel_size;
+      if (row <= 32 * 3) {
+        unfold_cl_tiled_kernel<ND, U, 3><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      } else if (row <= 32 * 5) {
+        unfold_cl_tiled_kernel<ND, U, 5><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      } else {
+        unfold_cl_tiled_kernel<ND, U, kChunk><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       }
     }
   } else if (!channels_last) {
@@ -430,14 +430,8 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
-      if (variant_env != nullptr && variant_env[0] == 's') {
-        unfold_cl_kernel<ND, U, V, true><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-            x, cols, g, C, n0, lay, rows, C / V);
-      } else {
-        unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-            x, cols, g, C, n0, lay, rows, C / V);
-      }
+      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+          x, cols, g, C, n0, lay, rows, C / V);
     } else {
       unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C);

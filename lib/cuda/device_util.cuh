@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 namespace im2col::cuda {
 
@@ -128,6 +129,44 @@ __device__ __forceinline__ void keep_in_register(const T*& p) {
   asm volatile("" : "+l"(p));
 #else
   (void)p;
+#endif
+}
+
+// f(std::integral_constant<int, i>) for i = 0 .. N-1: a loop whose index is
+// a constant expression (store_streaming's immediate offsets).
+template <typename F, int... I>
+__device__ __forceinline__ void for_each_index_in(std::integer_sequence<int, I...>, F&& f) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__device__ __forceinline__ void for_each_index(F&& f) {
+  for_each_index_in(std::make_integer_sequence<int, N>{}, f);
+}
+
+// *(W*)((char*)base + OFFSET) = v as a streaming store (st.global.cs:
+// evict-first, for data the kernel never reads back), OFFSET an immediate of
+// the instruction as a plain store's would be (__stcs takes a computed
+// address, which cost the tiled unfold a register an address and spills).
+template <int OFFSET, typename W>
+__device__ __forceinline__ void store_streaming(W* base, W v) {
+#ifdef __CUDA_ARCH__
+  const size_t p = __cvta_generic_to_global(base);
+  if constexpr (sizeof(W) == 2) {
+    asm volatile("st.global.cs.b16 [%0+%2], %1;" ::"l"(p), "h"(*reinterpret_cast<const unsigned short*>(&v)),
+                 "n"(OFFSET));
+  } else if constexpr (sizeof(W) == 4) {
+    asm volatile("st.global.cs.b32 [%0+%2], %1;" ::"l"(p), "r"(*reinterpret_cast<const unsigned*>(&v)), "n"(OFFSET));
+  } else if constexpr (sizeof(W) == 8) {
+    asm volatile("st.global.cs.b64 [%0+%2], %1;" ::"l"(p), "l"(*reinterpret_cast<const unsigned long long*>(&v)),
+                 "n"(OFFSET));
+  } else {
+    static_assert(sizeof(W) == 16, "2, 4, 8 or 16 bytes");
+    const uint4 u = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.cs.v4.b32 [%0+%5], {%1, %2, %3, %4};" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w),
+                 "n"(OFFSET));
+  }
+#else
+  *reinterpret_cast<W*>(reinterpret_cast<char*>(base) + OFFSET) = v;
 #endif
 }
 

@@ -35,21 +35,6 @@ namespace im2col::cuda {
 // channel's first column row.
 constexpr int kPositions = 8;
 
-// A column entry's store: plain, or STREAM (st.global.cs, evict-first: the
-// columns are not read again by the kernel that writes them).
-template <bool STREAM, typename W>
-__device__ __forceinline__ void store_column(W* p, W v) {
-  if constexpr (STREAM && sizeof(W) == 2) {
-    __stcs(reinterpret_cast<unsigned short*>(p), static_cast<unsigned short>(v));
-  } else if constexpr (STREAM && sizeof(W) == 4) {
-    __stcs(reinterpret_cast<unsigned int*>(p), static_cast<unsigned int>(v));
-  } else if constexpr (STREAM && sizeof(W) == 8) {
-    __stcs(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-  } else {
-    *p = v;
-  }
-}
-
 template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U, bool STREAM = false>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,
                                            const Geometry& g, const TilePlan& t,
@@ -73,9 +58,16 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
       W* dst = reinterpret_cast<W*>(image + ci * g.kernel_size * lay.row_stride) + q0;
       for (int32_t kk = 0; kk < K; ++kk, dst += row_words) {
         const unsigned char* tap = src + taps[kk];
+        if constexpr (STREAM) {
+          for_each_index<POSITIONS>([&](auto J) {
+            constexpr int j = decltype(J)::value;
+            if (pos[j] >= 0) store_streaming<j * LANES * sizeof(W)>(dst, *reinterpret_cast<const W*>(tap + pos[j]));
+          });
+        } else {
 #pragma unroll
-        for (int j = 0; j < POSITIONS; ++j)
-          if (pos[j] >= 0) store_column<STREAM>(dst + j * LANES, *reinterpret_cast<const W*>(tap + pos[j]));
+          for (int j = 0; j < POSITIONS; ++j)
+            if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
+        }
       }
     }
   }
