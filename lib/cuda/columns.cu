@@ -74,7 +74,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
-template <int ND, typename U, int V>
+template <int ND, typename U, int V, bool STREAM>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -101,14 +101,14 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 #pragma unroll
         for (int v = 0; v < V; ++v) p.v[v] = U(0);
       }
-      store_streaming<0>(reinterpret_cast<Pack<U, V>*>(dst), p);
+      store_maybe_streaming<STREAM>(reinterpret_cast<Pack<U, V>*>(dst), p);
     }
   }
 }
 
 // 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
 // the 5 blocks that 48 registers allow. Launched with kThreads threads.
-template <int ND, typename U, int MIN_BLOCKS, bool STREAM>
+template <int ND, typename U, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -152,11 +152,11 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     if (t.pairs) {
       shift_tile_copy(tile, b.channels * t.plane, t.channels * t.plane);
       __syncthreads();
-      write_pairs<ND, STREAM>(tile, taps, image, g, t, lay, b);
+      write_pairs<ND>(tile, taps, image, g, t, lay, b);
       return;
     }
   }
-  write_elements<ND, U, STREAM>(tile, taps, image, g, t, lay, b);
+  write_elements<ND, U>(tile, taps, image, g, t, lay, b);
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
@@ -171,7 +171,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
 // bfloat16 stem; BENCHMARKS.md, step 74).
 constexpr int32_t kChunk = 8;
 
-template <int CHUNK, typename U>
+template <int CHUNK, bool STREAM, typename U>
 __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, const int32_t* element,
                                                    const int32_t* position, U* dst,
                                                    int32_t positions, int32_t row) {
@@ -188,13 +188,13 @@ __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, co
       const unsigned char* src = tile + position[p];
       for_each_index<CHUNK>([&](auto I) {
         constexpr int i = decltype(I)::value;
-        if (el[i] >= 0) store_streaming<32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
+        if (el[i] >= 0) store_maybe_streaming<STREAM, 32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
       });
     }
   }
 }
 
-template <typename U>
+template <bool STREAM, typename U>
 __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const int32_t* element,
                                                 const int32_t* position, U* dst,
                                                 int32_t positions, int32_t row) {
@@ -205,7 +205,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       const int32_t e = seg + lane + 32 * j;
-      if (e < count) store_streaming<0>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
+      if (e < count) store_maybe_streaming<STREAM>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
       r += 32;
       while (r >= row) {
         r -= row;
@@ -215,7 +215,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
   }
 }
 
-template <int ND, typename U, int CHUNK>
+template <int ND, typename U, int CHUNK, bool STREAM>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -247,9 +247,9 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
   const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
   if (row >= 32) {
-    write_rows_chunked<CHUNK>(bytes_tile, element, position, dst, positions, row);
+    write_rows_chunked<CHUNK, STREAM>(bytes_tile, element, position, dst, positions, row);
   } else {
-    write_rows_flat(bytes_tile, element, position, dst, positions, row);
+    write_rows_flat<STREAM>(bytes_tile, element, position, dst, positions, row);
   }
 }
 
@@ -378,7 +378,7 @@ bool unfold_pairs_on() {
   return on;
 }
 
-template <int ND, typename U>
+template <int ND, typename U, bool STREAM>
 cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                          int64_t C, int64_t n0, int64_t nc,
                          const ColumnsLayout& lay, bool channels_last,
@@ -401,23 +401,18 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // types, and 4-byte ones in 1-D and 3-D; 6 (40 registers) for the rest
       // (BENCHMARKS.md, step 74).
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
-      // Experiment: JAX_IM2COL_UNFOLD_VARIANT=s streams the stores.
-      static const char* variant_env = std::getenv("JAX_IM2COL_UNFOLD_VARIANT");
-      if (variant_env != nullptr && variant_env[0] == 's') {
-        unfold_cf_tiled_kernel<ND, U, kBlocks, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      } else {
-        unfold_cf_tiled_kernel<ND, U, kBlocks, false><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      }
+      unfold_cf_tiled_kernel<ND, U, kBlocks><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
       // A chunk of as many slots as a row needs, of 3, 5 or 8 (the RGB
-      // stem's rows of 147 filled 5 of 8: 72.5 -> 67.2 us in bfloat16).
+      // stem's rows of 147 filled 5 of 8; BENCHMARKS.md, step 74).
       const int64_t row = C * g.kernel_size;
       if (row <= 32 * 3) {
-        unfold_cl_tiled_kernel<ND, U, 3><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+        unfold_cl_tiled_kernel<ND, U, 3, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       } else if (row <= 32 * 5) {
-        unfold_cl_tiled_kernel<ND, U, 5><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+        unfold_cl_tiled_kernel<ND, U, 5, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       } else {
-        unfold_cl_tiled_kernel<ND, U, kChunk><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+        unfold_cl_tiled_kernel<ND, U, kChunk, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay,
+                                                                                           t);
       }
     }
   } else if (!channels_last) {
@@ -430,10 +425,10 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      unfold_cl_kernel<ND, U, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+      unfold_cl_kernel<ND, U, V, STREAM><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C / V);
     } else {
-      unfold_cl_kernel<ND, U, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
+      unfold_cl_kernel<ND, U, 1, false><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C);
     }
   }
@@ -594,13 +589,14 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
 cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
                           const Geometry& g, int64_t channels, int64_t n0,
                           int64_t nc, const ColumnsLayout& layout,
-                          bool channels_last, cudaStream_t stream) {
+                          bool channels_last, bool streaming, cudaStream_t stream) {
   if (nc <= 0 || layout.lc <= 0 || channels <= 0) return cudaSuccess;
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_element_bytes(elem_bytes, [&](auto tag) {
-      return unfold_typed<ND, decltype(tag)>(x, cols, g, channels, n0, nc, layout, channels_last,
-                                             stream);
+      using U = decltype(tag);
+      return streaming ? unfold_typed<ND, U, true>(x, cols, g, channels, n0, nc, layout, channels_last, stream)
+                       : unfold_typed<ND, U, false>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
     });
   });
 }

@@ -658,7 +658,7 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
       if (!s.identity) {
         const ColumnsLayout lay = cf_image_major(s, l0, lc);
         if (auto e = cuda_error(launch_unfold(x.untyped_data(), cols, ffi::ByteWidth(in), s.g, C,
-                                              n0, nc, lay, false, stream), "unfold");
+                                              n0, nc, lay, false, false, stream), "unfold");
             e.failure())
           return e;
         A = operand(cols, lc, C * K * lc, s.CgK * lc, in);
@@ -674,7 +674,7 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
                         C, 0, s.Cg, in);
     if (!s.identity) {
       if (auto e = cuda_error(launch_unfold(x.untyped_data(), cols, ffi::ByteWidth(in), s.g, C, n0,
-                                            nc, cl_layout(s, l0, lc), true, stream), "unfold");
+                                            nc, cl_layout(s, l0, lc), true, false, stream), "unfold");
           e.failure())
         return e;
       B = operand(cols, C * K, 0, s.CgK, in);
@@ -855,11 +855,11 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     if (!rows_cl) {
       const ColumnsLayout lay = cf_row_major(nc, l0, lc);
       if (auto e = cuda_error(launch_unfold(x.untyped_data(), cols, ein, s.g, C, n0, nc, lay, false,
-                                            stream), "unfold");
+                                            false, stream), "unfold");
           e.failure())
         return e;
       if (auto e = cuda_error(launch_unfold(dy.untyped_data(), dyt, ein, gy, O, n0, nc, lay, false,
-                                            stream), "transpose");
+                                            false, stream), "transpose");
           e.failure())
         return e;
       const Operand A = operand(cols, M, 0, s.CgK * M, in);
@@ -883,7 +883,7 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
     Operand A = operand(static_cast<const char*>(xs) + row0 * C * ein, C, 0, s.Cg, in);
     if (use_cols) {
       if (auto e = cuda_error(launch_unfold(xs, cols, ein, s.g, C, image0, nc, cl_layout(s, l0, lc),
-                                            true, stream), "unfold");
+                                            true, false, stream), "unfold");
           e.failure())
         return e;
       A = operand(cols, C * K, 0, s.CgK, in);

@@ -170,6 +170,16 @@ __device__ __forceinline__ void store_streaming(W* base, W v) {
 #endif
 }
 
+// store_streaming where STREAM, else a plain store at the same offset.
+template <bool STREAM, int OFFSET = 0, typename W>
+__device__ __forceinline__ void store_maybe_streaming(W* base, W v) {
+  if constexpr (STREAM) {
+    store_streaming<OFFSET>(base, v);
+  } else {
+    *reinterpret_cast<W*>(reinterpret_cast<char*>(base) + OFFSET) = v;
+  }
+}
+
 inline bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }

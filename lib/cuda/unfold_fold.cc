@@ -26,7 +26,7 @@ ffi::Error unfold_impl(cudaStream_t stream, ffi::AnyBuffer x,
   return launched(
       launch_unfold(x.untyped_data(), cols->untyped_data(), ffi::ByteWidth(x.element_type()),
                     call.geometry, call.image.c, 0, call.image.n, call.layout,
-                    channels_last, stream),
+                    channels_last, /*streaming=*/true, stream),
       "unfold");
 }
 

@@ -35,7 +35,7 @@ namespace im2col::cuda {
 // channel's first column row.
 constexpr int kPositions = 8;
 
-template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U, bool STREAM = false>
+template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,
                                            const Geometry& g, const TilePlan& t,
                                            const ColumnsLayout& lay, const TileBlock& b) {
@@ -58,16 +58,9 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
       W* dst = reinterpret_cast<W*>(image + ci * g.kernel_size * lay.row_stride) + q0;
       for (int32_t kk = 0; kk < K; ++kk, dst += row_words) {
         const unsigned char* tap = src + taps[kk];
-        if constexpr (STREAM) {
-          for_each_index<POSITIONS>([&](auto J) {
-            constexpr int j = decltype(J)::value;
-            if (pos[j] >= 0) store_streaming<j * LANES * sizeof(W)>(dst, *reinterpret_cast<const W*>(tap + pos[j]));
-          });
-        } else {
 #pragma unroll
-          for (int j = 0; j < POSITIONS; ++j)
-            if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
-        }
+        for (int j = 0; j < POSITIONS; ++j)
+          if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
       }
     }
   }
@@ -77,39 +70,39 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
 // the band (slots past it still issue, predicated off: resnext's 784
 // positions filled 3 of 8); bands of up to two warps' width (7 x 7 maps)
 // take 2 positions a lane.
-template <int ND, typename U, bool STREAM = false>
+template <int ND, typename U>
 __device__ __forceinline__ void write_elements(const U* tile, const int32_t* taps, U* image, const Geometry& g,
                                                const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b) {
   const int32_t positions = b.p_end - b.p_begin;
   if (positions > 4 * kThreads) {
-    write_band<kThreads, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U>(tile, taps, image, g, t, lay, b);
   } else if (positions >= kThreads) {
-    write_band<kThreads, ND, U, 4, U, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b);
   } else if (positions > 64) {
-    write_band<32, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U>(tile, taps, image, g, t, lay, b);
   } else {
-    write_band<32, ND, U, 2, U, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
   }
 }
 
 // write_band over pairs, with as many pairs a thread as cover the band.
-template <int ND, bool STREAM = false>
+template <int ND>
 __device__ __forceinline__ void write_pairs(const uint16_t* tile, const int32_t* taps, uint16_t* image,
                                             const Geometry& g, const TilePlan& t, const ColumnsLayout& lay,
                                             const TileBlock& b) {
   const int32_t pairs = (b.p_end - b.p_begin) / 2;
   if (pairs > 4 * kThreads) {
-    write_band<kThreads, ND, uint16_t, 8, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 8, uint32_t>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 2 * kThreads) {
-    write_band<kThreads, ND, uint16_t, 4, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 4, uint32_t>(tile, taps, image, g, t, lay, b);
   } else if (pairs >= kThreads) {
-    write_band<kThreads, ND, uint16_t, 2, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, uint16_t, 2, uint32_t>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 128) {
-    write_band<32, ND, uint16_t, 8, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 8, uint32_t>(tile, taps, image, g, t, lay, b);
   } else if (pairs > 64) {
-    write_band<32, ND, uint16_t, 4, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 4, uint32_t>(tile, taps, image, g, t, lay, b);
   } else {
-    write_band<32, ND, uint16_t, 2, uint32_t, STREAM>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, uint16_t, 2, uint32_t>(tile, taps, image, g, t, lay, b);
   }
 }
 
