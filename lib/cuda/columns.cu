@@ -74,8 +74,8 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
-template <int ND, typename U, int V, bool STREAM>
-__global__ void __launch_bounds__(kThreads)
+template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
                  int64_t units_per_row) {
@@ -378,6 +378,13 @@ bool unfold_pairs_on() {
   return on;
 }
 
+// JAX_IM2COL_NO_CL_UNFOLD_BOUND=1: the channels-last vector unfold without
+// its bound of 8 blocks a multiprocessor (32 registers; BENCHMARKS.md, step 75).
+bool cl_unfold_bound_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_UNFOLD_BOUND");
+  return on;
+}
+
 template <int ND, typename U, bool STREAM>
 cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                          int64_t C, int64_t n0, int64_t nc,
@@ -425,8 +432,13 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      unfold_cl_kernel<ND, U, V, STREAM><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-          x, cols, g, C, n0, lay, rows, C / V);
+      if (cl_unfold_bound_on()) {
+        unfold_cl_kernel<ND, U, V, STREAM, 8><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+            x, cols, g, C, n0, lay, rows, C / V);
+      } else {
+        unfold_cl_kernel<ND, U, V, STREAM><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+            x, cols, g, C, n0, lay, rows, C / V);
+      }
     } else {
       unfold_cl_kernel<ND, U, 1, false><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C);
