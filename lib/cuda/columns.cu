@@ -378,8 +378,10 @@ bool unfold_pairs_on() {
   return on;
 }
 
-// JAX_IM2COL_NO_CL_UNFOLD_BOUND=1: the channels-last vector unfold without
-// its bound of 8 blocks a multiprocessor (32 registers; BENCHMARKS.md, step 75).
+// The channels-last vector unfold of 1-D geometries is bound to 8 blocks a
+// multiprocessor (32 registers, was 40-42): wav2vec 1.1x; in 2-D and 3-D the
+// bound cost 1-8% (BENCHMARKS.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
+// runs it unbound, for the same-run comparison.
 bool cl_unfold_bound_on() {
   static const bool on = kernel_on("JAX_IM2COL_NO_CL_UNFOLD_BOUND");
   return on;
@@ -432,10 +434,15 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      if (cl_unfold_bound_on()) {
-        unfold_cl_kernel<ND, U, V, STREAM, 8><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-            x, cols, g, C, n0, lay, rows, C / V);
-      } else {
+      bool launched = false;
+      if constexpr (ND == 1) {
+        if (cl_unfold_bound_on()) {
+          unfold_cl_kernel<ND, U, V, STREAM, 8><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
+              x, cols, g, C, n0, lay, rows, C / V);
+          launched = true;
+        }
+      }
+      if (!launched) {
         unfold_cl_kernel<ND, U, V, STREAM><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
             x, cols, g, C, n0, lay, rows, C / V);
       }
