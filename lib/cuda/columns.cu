@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <type_traits>
 #include <cstdint>
-#include <cstdlib>
 
 #include "columns.h"
 #include "fold_cl_taps.cuh"
@@ -106,8 +105,10 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
-// 6 blocks of 256 per SM (40 registers): ncu showed the kernel issue-bound at
-// the 5 blocks that 48 registers allow. Launched with kThreads threads.
+// Launched with kThreads threads, at least MIN_BLOCKS blocks a
+// multiprocessor (unfold_typed: 6 at 40 registers, where ncu once showed the
+// kernel issue-bound at the 5 that 48 allow; 8 at 32 where that measured
+// faster, BENCHMARKS.md, step 74).
 template <int ND, typename U, int MIN_BLOCKS>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -167,8 +168,8 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
 // of one position after another, 3 instructions per element (ncu showed the
 // kernel issue-bound). Shorter rows are written as one flat run, lane i
 // taking element i of every 32, whose (position, element) advance by 32.
-// Stores stream (the columns-last unfold's rows: 72.5 -> 70.9 us on the
-// bfloat16 stem; BENCHMARKS.md, step 74).
+// With STREAM (the unfold primitive's columns) stores are evict-first
+// (bfloat16 stem 72.5 -> 70.9 us; BENCHMARKS.md, step 74).
 constexpr int32_t kChunk = 8;
 
 template <int CHUNK, bool STREAM, typename U>
@@ -188,7 +189,8 @@ __device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, co
       const unsigned char* src = tile + position[p];
       for_each_index<CHUNK>([&](auto I) {
         constexpr int i = decltype(I)::value;
-        if (el[i] >= 0) store_maybe_streaming<STREAM, 32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
+        if (el[i] >= 0)
+          store_maybe_streaming<STREAM, 32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
       });
     }
   }
@@ -205,7 +207,8 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       const int32_t e = seg + lane + 32 * j;
-      if (e < count) store_maybe_streaming<STREAM>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
+      if (e < count)
+        store_maybe_streaming<STREAM>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
       r += 32;
       while (r >= row) {
         r -= row;
