@@ -218,6 +218,20 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
   }
 }
 
+// Calls fn(std::integral_constant<int, CHUNK>{}) for a chunk of as many
+// slots as a row of `row` elements needs, of 3, 5 or 8 (the RGB stem's rows
+// of 147 filled 5 of 8; BENCHMARKS.md, step 74).
+template <typename Fn>
+void with_row_chunk(int64_t row, Fn&& fn) {
+  if (row <= 32 * 3) {
+    fn(std::integral_constant<int, 3>{});
+  } else if (row <= 32 * 5) {
+    fn(std::integral_constant<int, 5>{});
+  } else {
+    fn(std::integral_constant<int, kChunk>{});
+  }
+}
+
 template <int ND, typename U, int CHUNK, bool STREAM>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
@@ -415,17 +429,10 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
       unfold_cf_tiled_kernel<ND, U, kBlocks><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
-      // A chunk of as many slots as a row needs, of 3, 5 or 8 (the RGB
-      // stem's rows of 147 filled 5 of 8; BENCHMARKS.md, step 74).
-      const int64_t row = C * g.kernel_size;
-      if (row <= 32 * 3) {
-        unfold_cl_tiled_kernel<ND, U, 3, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      } else if (row <= 32 * 5) {
-        unfold_cl_tiled_kernel<ND, U, 5, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      } else {
-        unfold_cl_tiled_kernel<ND, U, kChunk, STREAM><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay,
-                                                                                           t);
-      }
+      with_row_chunk(C * g.kernel_size, [&](auto chunk) {
+        unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM>
+            <<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      });
     }
   } else if (!channels_last) {
     const int64_t rows = nc * C;
@@ -437,18 +444,17 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      bool launched = false;
+      auto launch = [&](auto min_blocks) {
+        unfold_cl_kernel<ND, U, V, STREAM, decltype(min_blocks)::value>
+            <<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V);
+      };
       if constexpr (ND == 1) {
         if (cl_unfold_bound_on()) {
-          unfold_cl_kernel<ND, U, V, STREAM, 8><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-              x, cols, g, C, n0, lay, rows, C / V);
-          launched = true;
+          launch(std::integral_constant<int, 8>{});
+          return cudaGetLastError();
         }
       }
-      if (!launched) {
-        unfold_cl_kernel<ND, U, V, STREAM><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(
-            x, cols, g, C, n0, lay, rows, C / V);
-      }
+      launch(std::integral_constant<int, 1>{});
     } else {
       unfold_cl_kernel<ND, U, 1, false><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, rows, C);

@@ -14,9 +14,9 @@ namespace im2col::cuda {
 using DataType = xla::ffi::DataType;
 
 // Writes the columns of images [n0, n0 + nc) into `cols` (see ColumnsLayout).
-// `streaming`: the channels-last kernels store with an evict-first hint, for
-// columns that leave the op (the unfold primitive); the convolution's
-// columns, read back by its GEMM from L2, are stored plainly.
+// `streaming`: the channels-last tiled and vector kernels store with an
+// evict-first hint, for columns that leave the op (the unfold primitive); the
+// convolution's columns, read back by its GEMM from L2, are stored plainly.
 cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
                           const Geometry& g, int64_t channels, int64_t n0,
                           int64_t nc, const ColumnsLayout& layout,
