@@ -120,20 +120,23 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   const int32_t K = static_cast<int32_t>(g.kernel_size);
   constexpr bool kPairs = sizeof(U) == 2 && ND > 1;
   for (int32_t kk = threadIdx.x; kk < K; kk += blockDim.x) {
-    const int32_t tap = tap_offset<ND>(g, t, kk);
+    const int32_t tap = t.lead + tap_offset<ND>(g, t, kk);
     taps[kk] = kPairs && t.pairs ? pair_tap_offset(tap, t.channels * t.plane)
                                  : tap * static_cast<int32_t>(sizeof(U));  // bytes
   }
-  // The channels' whole input read flat where the tile holds all of it; else
-  // a warp per line where lines are whole warps wide, several lines a warp
+  // A vector at a time where the plan has lines of whole vectors; the
+  // channels' whole input read flat where the tile holds all of it; else a
+  // warp per line where lines are whole warps wide, several lines a warp
   // where they are narrower (plain geometries); in 1-D (a block has one line
-  // a channel, too few for its warps) one run per channel; element by element
-  // with lhs dilation.
+  // a channel, too few for its warps) one run per channel; element by
+  // element with lhs dilation.
   const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
   bool filled = false;
   if constexpr (ND > 1) {
     filled = t.width.d >= 32 || !g.any_lhs_dilation;
-    if (t.whole) {
+    if (t.vector > 0) {
+      fill_tile_by_vectors<ND>(tile, x_block, b.channels, b.row0, g, t);
+    } else if (t.whole) {
       zero_tile(tile, static_cast<size_t>(b.channels) * t.plane * sizeof(U));
       __syncthreads();
       fill_tile_whole<ND>(tile, x_block, b.channels, g, t);
@@ -247,19 +250,28 @@ unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
   for (int32_t r = threadIdx.x; r < row; r += blockDim.x) {
     const int32_t gi = r / (K * Cg), kk = r / Cg - gi * K, j = r % Cg;
-    element[r] = (tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j) * bytes;
+    element[r] = (t.lead + tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j) * bytes;
   }
   for (int32_t p = threadIdx.x; p < positions; p += blockDim.x)
     position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32 * bytes;
   const U* xb = x + (n0 + b.n) * g.in_size * C;
-  fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
-    int32_t line, w;
-    t.width.divmod(e, line, w);
-    const int32_t base = line_source<ND>(g, t, line, b.row0);
-    const int32_t wc = t.channels_div.div(w);
-    const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
-    return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
-  });
+  bool filled = false;
+  if constexpr (ND > 1) {
+    if (t.vector > 0) {
+      fill_tile_by_vectors<ND>(tile, xb, 1, b.row0, g, t, C32);
+      filled = true;
+    }
+  }
+  if (!filled) {
+    fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
+      int32_t line, w;
+      t.width.divmod(e, line, w);
+      const int32_t base = line_source<ND>(g, t, line, b.row0);
+      const int32_t wc = t.channels_div.div(w);
+      const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
+      return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
+    });
+  }
   __syncthreads();
   U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
   const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
@@ -404,6 +416,26 @@ bool cl_unfold_bound_on() {
   return on;
 }
 
+// The channels-first tiled unfold fills its tile a vector at a time where
+// the input's lines are a whole number of 16-, 8- or 4-byte vectors of two
+// elements or more (plan_tile's line_vector; BENCHMARKS.md, step 76);
+// JAX_IM2COL_NO_VECTOR_FILL=1 leaves them to the line fills.
+bool vector_fill_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_VECTOR_FILL");
+  return on;
+}
+
+// The line vector (elements) for plan_tile: input lines of `column`
+// elements a position (C channels-last, else 1) and whole vectors.
+int32_t fill_vector(const Geometry& g, const void* x, size_t elem_bytes, int64_t column) {
+  if (g.nd < 2 || g.any_lhs_dilation || !vector_fill_on()) return 0;
+  const int64_t line_bytes = g.in[g.nd - 1] * column * static_cast<int64_t>(elem_bytes);
+  for (size_t bytes = 16; bytes >= 2 * elem_bytes && bytes >= 4; bytes /= 2)
+    if (aligned_to(x, bytes) && line_bytes % static_cast<int64_t>(bytes) == 0)
+      return static_cast<int32_t>(bytes / elem_bytes);
+  return 0;
+}
+
 template <int ND, typename U, bool STREAM>
 cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                          int64_t C, int64_t n0, int64_t nc,
@@ -418,7 +450,9 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                           aligned_to(cols, 16);
   // Pairs keep a shifted copy of the tile beside it: planned as 4-byte elements.
   const bool pairs = !channels_last && sizeof(U) == 2 && unfold_pairs_on() && unfold_pairs_fit(g, lay, cols);
-  if (!cl_vectors && plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc) &&
+  const int32_t line_vector = fill_vector(g, x, sizeof(U), channels_last ? C : 1);
+  if (!cl_vectors &&
+      plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc, line_vector) &&
       tile_blocks(t, nc) < (int64_t{1} << 31)) {
     t.pairs = pairs ? 1 : 0;
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));

@@ -42,6 +42,12 @@ struct TilePlan {
   // input and is filled from it flat (plan_whole_fill).
   int32_t whole = 0;
   int32_t pairs = 0;  // 1: 2-byte columns written a pair of positions at a time (unfold_write.cuh)
+  // Channels-first tiles filled a vector of `vector` elements at a time
+  // (plan_tile's line_vector, fill_tile_vectors; 0: not): the tile's lines
+  // start `lead` columns before its first, so that input column 0 falls on
+  // a vector boundary, and are a whole number of vectors long.
+  int32_t vector = 0, lead = 0;
+  FastDiv line_vectors;  // vectors a tile line
   FastDiv in_div[kMaxSpatial];  // g.in
   FastDiv in_size_div;          // g.in_size
 };
@@ -133,7 +139,8 @@ inline bool whole_fill_on() {
 // 14 x 14 in 16 x 16, 23%: the line fill was as fast or faster).
 inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
   t->whole = 0;
-  if (g.nd < 2 || g.any_lhs_dilation || t->bands != 1 || t->first_row != 0 || !whole_fill_on()) return;
+  if (g.nd < 2 || g.any_lhs_dilation || t->bands != 1 || t->first_row != 0 || t->vector > 0 || !whole_fill_on())
+    return;
   if (4 * g.in_size >= 3 * static_cast<int64_t>(t->plane)) return;
   for (int d = 0; d < g.nd; ++d)
     if (g.pad_lo[d] < 0 || g.pad_lo[d] + g.in[d] > t->extent[d]) return;
@@ -167,10 +174,25 @@ constexpr int64_t kTileGridBlocks = 2048;
 constexpr int64_t kSplitTileGridBlocks = 1024;
 constexpr int64_t kTileBandGridBlocks = 1024;
 
+// A plan given line_vector (elements; 2-D and 3-D, no lhs dilation, input
+// lines a whole number of vectors long) has its tile filled a vector at a
+// time: each tile line starts lead = -pad_lo * (C channels-last, else 1)
+// (mod line_vector) elements early and is a whole number of vectors long.
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
-                      size_t block_extra = 0, size_t channel_extra = 0, int64_t nc = 0) {
+                      size_t block_extra = 0, size_t channel_extra = 0, int64_t nc = 0,
+                      int32_t line_vector = 0) {
   if (!tile_extents(g, lay, t)) return false;
+  if (line_vector > 1 && g.nd > 1 && !g.any_lhs_dilation) {
+    const int last = g.nd - 1;
+    const int64_t column = channels_last ? C : 1;  // elements a tile column
+    t->vector = line_vector;
+    t->lead = static_cast<int32_t>(((-g.pad_lo[last] * column) % line_vector + line_vector) % line_vector);
+    int64_t extent = t->extent[last] + (t->lead + column - 1) / column;
+    while (extent * column % line_vector != 0) ++extent;
+    t->extent[last] = static_cast<int32_t>(extent);
+    t->line_vectors = FastDiv(extent * column / line_vector);
+  }
   const int64_t K = g.kernel_size, rows = tile_rows_total(*t, lay);
   int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
   int64_t channels = channels_last ? C : std::max<int64_t>(1, std::min<int64_t>(C, kTileWork / (band * t->rest)));
@@ -518,24 +540,96 @@ __device__ __forceinline__ void fill_tile_by_narrow_lines(T* tile, const T* x_bl
   }
 }
 
+// Tiles of plans with a line vector (plan_tile), where input lines are a
+// whole number of vectors V and input element 0 of a line falls on a vector
+// boundary of the tile line: a thread moves a vector at a time, kFill loads
+// before its stores, each vector either all input or all padding. (ncu: the
+// line fills ran 20-37 instructions an element, up to 63% of the strided
+// unfolds'.) Channels-first, `channels` planes, each of its channel's
+// input; channels-last, one plane whose columns are `interleave` = C
+// channels wide.
+template <int ND, typename V, typename T>
+__device__ __forceinline__ void fill_tile_vectors(T* tile, const T* x_block, int32_t channels, int32_t row0,
+                                                  const Geometry& g, const TilePlan& t, int32_t interleave) {
+  constexpr int32_t kElements = sizeof(V) / sizeof(T);
+  const int32_t count = channels * static_cast<int32_t>(t.lines.d) * static_cast<int32_t>(t.line_vectors.d);
+  // The tile line's element holding the input line's element 0.
+  const int32_t first_column = t.lead + static_cast<int32_t>(g.pad_lo[ND - 1]) * interleave;
+  const uint32_t in_last = static_cast<uint32_t>(g.in[ND - 1] * interleave), in_size = static_cast<uint32_t>(g.in_size);
+  const PlainLines<ND> map(g, t, row0);
+  const int32_t pad_mid = ND == 3 ? static_cast<int32_t>(g.pad_lo[1]) : 0;
+  const int32_t step = static_cast<int32_t>(blockDim.x);
+  V* out = reinterpret_cast<V*>(tile);
+  keep_in_register(x_block);
+  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
+    V v[kFill];
+#pragma unroll
+    for (int u = 0; u < kFill; ++u) {
+      const int32_t e = e0 + u * step;
+      int32_t cl, vi, ci, l;
+      t.line_vectors.divmod(e, cl, vi);
+      t.lines.divmod(cl, ci, l);
+      const int32_t column = vi * kElements - first_column;
+      const int32_t base = e < count && static_cast<uint32_t>(column) < in_last ? map.base(l, pad_mid) : -1;
+      v[u] = V{};
+      if (base >= 0)
+        v[u] = __ldg(reinterpret_cast<const V*>(x_block + (static_cast<uint64_t>(static_cast<uint32_t>(ci)) * in_size +
+                                                           static_cast<uint32_t>(base * interleave + column))));
+    }
+#pragma unroll
+    for (int u = 0; u < kFill; ++u)
+      if (e0 + u * step < count) out[e0 + u * step] = v[u];
+  }
+}
+
+// fill_tile_vectors with the plan's vector of t.vector elements of T.
+template <int ND, typename T>
+__device__ __forceinline__ void fill_tile_by_vectors(T* tile, const T* x_block, int32_t channels, int32_t row0,
+                                                     const Geometry& g, const TilePlan& t, int32_t interleave = 1) {
+  const int32_t bytes = t.vector * static_cast<int32_t>(sizeof(T));
+  if (bytes == 16) {
+    fill_tile_vectors<ND, uint4>(tile, x_block, channels, row0, g, t, interleave);
+  } else if (bytes == 8) {
+    fill_tile_vectors<ND, uint2>(tile, x_block, channels, row0, g, t, interleave);
+  } else {
+    fill_tile_vectors<ND, uint32_t>(tile, x_block, channels, row0, g, t, interleave);
+  }
+}
+
 // 1-D tiles without lhs dilation: a channel's tile is one run of its input
 // line starting at coordinate row0 * stride - pad_lo, zeros where the run
-// leaves the line; element e of the block's tiles is element e % plane of
-// channel e / plane (one FastDiv, no line or column decode).
+// leaves the line. A thread steps through elements blockDim.x apart keeping
+// its channel's row and position in the run (one FastDiv a thread, not one
+// an element: ncu had the element-wise fill at ~35 instructions an element,
+// 63% of wav2vec's unfold), kFill loads before its stores.
 template <typename T>
 __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t channels, int32_t row0,
                                              const Geometry& g, const TilePlan& t) {
-  const int32_t in = static_cast<int32_t>(g.in[0]);
+  const int32_t in = static_cast<int32_t>(g.in[0]), plane = static_cast<int32_t>(t.width.d);
   const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
-  keep_in_register(x_block);
-  fill_tile<kFill>(tile, channels * t.plane, [&](int32_t e) -> const T* {
-    int32_t ci, i;
-    t.width.divmod(e, ci, i);
-    const int32_t q = first + i;
-    if (static_cast<uint32_t>(q) >= static_cast<uint32_t>(in)) return nullptr;
-    return x_block + (static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in) +
-                      static_cast<uint32_t>(q));
-  });
+  const int32_t step = static_cast<int32_t>(blockDim.x), count = channels * plane;
+  int32_t ci, i, step_channels, step_elements;
+  t.width.divmod(static_cast<int32_t>(threadIdx.x), ci, i);
+  t.width.divmod(step, step_channels, step_elements);
+  const T* row = x_block + static_cast<int64_t>(ci) * in;  // the thread's channel's input line
+  const int64_t step_rows = static_cast<int64_t>(step_channels) * in;
+  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
+    T v[kFill];
+#pragma unroll
+    for (int u = 0; u < kFill; ++u) {
+      const int32_t q = first + i;
+      v[u] = e0 + u * step < count && static_cast<uint32_t>(q) < static_cast<uint32_t>(in) ? __ldg(row + q) : T(0);
+      i += step_elements;
+      row += step_rows;
+      if (i >= plane) {
+        i -= plane;
+        row += in;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFill; ++u)
+      if (e0 + u * step < count) tile[e0 + u * step] = v[u];
+  }
 }
 
 // Zeros the block's tile (bytes rounded up to 16: plan_tile's sizes), before

@@ -1,7 +1,8 @@
 // The channels-first tile fills of plain geometries (no lhs dilation,
 // lib/cuda/tile.cuh) compiled as host code: fill_tile_by_narrow_lines for 2-D
 // and 3-D lines narrower than a warp, fill_tile_1d for 1-D, fill_tile_whole
-// (after zero_tile) where the tile holds its channels' whole input. Every thread of a
+// (after zero_tile) where the tile holds its channels' whole input, and
+// fill_tile_by_vectors for plans with a line vector. Every thread of a
 // block runs the fill, and the tile must equal the element-wise fill's
 // (fill_channels_first, which the GPU tests check through the unfold) over
 // random geometries planned by plan_tile (channels per block, bands, chunks
@@ -9,6 +10,7 @@
 // element neither fill writes shows too.
 // Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <algorithm>
+#include <numeric>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -113,6 +115,91 @@ bool one_case(bool small_maps) {
   return true;
 }
 
+// fill_tile_by_vectors (2-D and 3-D plans with a line vector of E elements,
+// input lines a whole number of vectors): physical column w of a tile line
+// must hold what the element-wise fill puts at column w - t.lead (channels-
+// first; channels-last, the tile by definition), for every column from
+// t.lead to the line's end (the columns the write phase reads and the
+// rounding's); the columns before t.lead are never read.
+int vector_cases = 0;
+
+template <typename U>
+bool vector_case(bool channels_last) {
+  const int nd = draw(2, 3);
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  Geometry g = draw_geometry(nd, nd == 2 ? 40 : 12, pad_hi);
+  const int bytes = 4 << draw(sizeof(U) == 2 ? 0 : sizeof(U) == 4 ? 1 : 2, 2);  // vectors of 2 elements or more
+  const int32_t E = bytes / static_cast<int>(sizeof(U));
+  const int64_t C = channels_last ? draw(1, 7) : draw(1, 40), nc = draw(1, 3);
+  // Input lines of whole vectors: in_last * C channels-last (C of 3, 5, 7: lines of 8, 16, 24, ... positions).
+  const int64_t column = channels_last ? C : 1;
+  g.in[nd - 1] = E / std::gcd<int64_t>(E, column) * draw(1, 12);
+  finish_geometry(g, pad_hi);
+  if (g.out_size <= 0) return true;
+  ColumnsLayout lay;
+  lay.l0 = draw(0, 1) == 0 ? 0 : draw(0, static_cast<int>(g.out_size) - 1);
+  lay.lc = draw(1, static_cast<int>(g.out_size - lay.l0));
+  TilePlan t;
+  if (!plan_tile(g, lay, C, channels_last, sizeof(U), &t, 0, 0, channels_last ? 0 : nc, E)) return true;
+  if (t.vector != E || t.width.d % E != 0 || (t.lead + g.pad_lo[nd - 1] * column) % E != 0 || t.whole) {
+    std::printf("FAIL: vector plan: vector %d (asked %d), width %u, lead %d, pad %lld, whole %d\n", t.vector, E,
+                t.width.d, t.lead, static_cast<long long>(g.pad_lo[nd - 1]), t.whole);
+    return false;
+  }
+  ++vector_cases;
+  std::vector<U> x(nc * C * g.in_size);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<U>(i % 1000 + 1);
+  const U marker = static_cast<U>(0x5a5a);
+  std::vector<U> want(static_cast<size_t>(t.channels) * t.plane), got(want.size());
+  blockDim.x = kThreads;
+  for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
+    blockIdx.x = static_cast<unsigned>(block);
+    const TileBlock b = tile_block(t, C, lay);
+    const U* x_block = x.data() + (b.n * C + b.c0) * g.in_size;
+    std::fill(want.begin(), want.end(), marker);
+    std::fill(got.begin(), got.end(), marker);
+    for (unsigned th = 0; th < kThreads; ++th) {
+      threadIdx.x = th;
+      if (channels_last) {
+        const U* x_image = x.data() + b.n * C * g.in_size;
+        if (nd == 2) fill_tile_by_vectors<2>(got.data(), x_image, 1, b.row0, g, t, static_cast<int32_t>(C));
+        else fill_tile_by_vectors<3>(got.data(), x_image, 1, b.row0, g, t, static_cast<int32_t>(C));
+      } else if (nd == 2) {
+        fill_channels_first<2>(want.data(), x_block, g, t, b);
+        fill_tile_by_vectors<2>(got.data(), x_block, b.channels, b.row0, g, t);
+      } else {
+        fill_channels_first<3>(want.data(), x_block, g, t, b);
+        fill_tile_by_vectors<3>(got.data(), x_block, b.channels, b.row0, g, t);
+      }
+    }
+    const int32_t width = static_cast<int32_t>(t.width.d);
+    if (channels_last) {
+      // The channels-last tile by definition: column w' = w - lead of line l
+      // holds channel w' % C of position w' / C of the line, 0 in padding.
+      for (int32_t line = 0; line < static_cast<int32_t>(t.lines.d); ++line)
+        for (int32_t w = 0; w < width - t.lead; ++w) {
+          const int32_t base = nd == 2 ? line_source<2>(g, t, line, b.row0) : line_source<3>(g, t, line, b.row0);
+          const int32_t q = base < 0 ? -1 : nd == 2 ? column_source<2>(g, w / C, b.row0)
+                                                     : column_source<3>(g, w / C, b.row0);
+          want[static_cast<size_t>(line) * width + w] = q < 0 ? U(0) : x[(b.n * g.in_size + base + q) * C + w % C];
+        }
+    }
+    for (int64_t line = 0; line < static_cast<int64_t>(channels_last ? 1 : b.channels) * t.lines.d; ++line) {
+      for (int32_t w = t.lead; w < width; ++w) {
+        const U have = got[line * width + w], should = want[line * width + w - t.lead];
+        if (have != should || have == marker) {
+          std::printf("FAIL: vector fill, %zu-byte elements, vector %d, width %d, lead %d, block %lld, line %lld, "
+                      "column %d: got %llu, want %llu\n",
+                      sizeof(U), E, width, t.lead, static_cast<long long>(block), static_cast<long long>(line), w,
+                      static_cast<unsigned long long>(have), static_cast<unsigned long long>(should));
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -131,5 +218,12 @@ int main() {
   run(narrow_cases > 240);
   run(cases_1d > 120);
   run(whole_cases > 100);
+  for (int i = 0; i < 300; ++i) {
+    run(vector_case<uint16_t>(i % 2 == 1));
+    run(vector_case<uint32_t>(i % 2 == 1));
+    run(vector_case<uint64_t>(i % 2 == 1));
+  }
+  std::printf("of 900 vector-fill cases (half channels-last), %d had a plan\n", vector_cases);
+  run(vector_cases > 300);  // the others have no output or a tile the plan refuses
   return run.report();
 }

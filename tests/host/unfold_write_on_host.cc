@@ -4,7 +4,9 @@
 // 3-D geometries (for pairs, ones that unfold_pairs_fit accepts: stride 1
 // along the last dimension, even widths, even chunks and row strides),
 // planned by plan_tile as the unfold plans them, each block's tile is filled
-// element-wise (fill_channels_first), for pairs its shifted copy written
+// element-wise (fill_channels_first) or, for half the geometries without lhs
+// dilation, a vector at a time (fill_tile_by_vectors, its lines' lead in
+// the taps), for pairs its shifted copy written
 // (shift_tile_copy), and its columns written, every phase by every thread
 // of the block. The columns must be the reference unfold's (the input at
 // source(g, l, k), 0 for padding), and entries outside the chunk's rows
@@ -25,6 +27,7 @@ namespace {
 
 int pair_cases[6] = {};     // blocks written by each of write_pairs' six cases
 int element_cases[4] = {};  // and by each of write_elements' four
+int vector_cases = 0;  // cases whose tiles were filled a vector at a time
 
 int pairs_case(int32_t pairs) {
   return pairs > 4 * kThreads ? 0 : pairs > 2 * kThreads ? 1 : pairs >= kThreads ? 2 : pairs > 128 ? 3 : pairs > 64 ? 4 : 5;
@@ -47,6 +50,14 @@ bool one_case(bool pairs) {
   if (draw(0, 5) == 0) {  // output rows of more than 2048 positions: bands of one row, over 1024 pairs
     g.in[0] = draw(1, 3);
     g.in[last] = draw(2100, 4200);
+  }
+  // Half the plain geometries fill their tiles a vector of E elements at a
+  // time (fill_tile_by_vectors: lines start t.lead columns early, which the
+  // taps include): input lines of whole vectors.
+  int32_t E = 0;
+  if (g.lhs_dilation[0] == 1 && draw(0, 1) == 0) {
+    E = (4 << draw(sizeof(U) == 2 ? 0 : sizeof(U) == 4 ? 1 : 2, 2)) / static_cast<int>(sizeof(U));
+    g.in[last] = (g.in[last] + E - 1) / E * E;
   }
   finish_geometry(g, pad_hi);
   if (g.out_size <= 0) return true;
@@ -77,7 +88,8 @@ bool one_case(bool pairs) {
     return false;
   }
   TilePlan t;
-  if (!plan_tile(g, lay, C, false, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, nc)) return true;
+  if (!plan_tile(g, lay, C, false, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, nc, E)) return true;
+  if (E > 0) ++vector_cases;
   t.pairs = pairs ? 1 : 0;
   // The block's shared memory past the taps table: the tile, then for pairs its shifted copy.
   std::vector<U> tile(2 * static_cast<size_t>(t.channels) * t.plane);
@@ -87,7 +99,7 @@ bool one_case(bool pairs) {
     blockIdx.x = static_cast<unsigned>(block);
     const TileBlock b = tile_block(t, C, lay);
     for (int32_t kk = 0; kk < K; ++kk) {
-      const int32_t tap = tap_offset<ND>(g, t, kk);
+      const int32_t tap = t.lead + tap_offset<ND>(g, t, kk);
       taps[kk] = pairs ? pair_tap_offset(tap, t.channels * t.plane) : tap * static_cast<int32_t>(sizeof(U));
     }
     const U* x_block = x.data() + (b.n * C + b.c0) * g.in_size;
@@ -97,7 +109,8 @@ bool one_case(bool pairs) {
     std::fill(tile.begin(), tile.end(), marker);
     for (unsigned th = 0; th < kThreads; ++th) {
       threadIdx.x = th;
-      fill_channels_first<ND>(tile.data(), x_block, g, t, b);
+      if (t.vector > 0) fill_tile_by_vectors<ND>(tile.data(), x_block, b.channels, b.row0, g, t);
+      else fill_channels_first<ND>(tile.data(), x_block, g, t, b);
     }
     if constexpr (sizeof(U) == 2) {
       if (pairs) {
@@ -156,5 +169,7 @@ int main() {
               element_cases[0], element_cases[1], element_cases[2], element_cases[3]);
   for (int v : pair_cases) run(v > 20);  // every case of both dispatches reached
   for (int v : element_cases) run(v > 20);
+  std::printf("%d cases filled their tiles a vector at a time\n", vector_cases);
+  run(vector_cases > 150);
   return run.report();
 }
