@@ -450,10 +450,20 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
                           aligned_to(cols, 16);
   // Pairs keep a shifted copy of the tile beside it: planned as 4-byte elements.
   const bool pairs = !channels_last && sizeof(U) == 2 && unfold_pairs_on() && unfold_pairs_fit(g, lay, cols);
-  const int32_t line_vector = fill_vector(g, x, sizeof(U), channels_last ? C : 1);
-  if (!cl_vectors &&
-      plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc, line_vector) &&
-      tile_blocks(t, nc) < (int64_t{1} << 31)) {
+  // The widest line vector whose lines (led, rounded up) still fit, else none
+  // (the 3-D tiles of 16 x 56 x 56 maps grew past 48 KB at 16 bytes).
+  auto plan = [&](int32_t line_vector) {
+    t = TilePlan();
+    return plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc,
+                     line_vector);
+  };
+  bool planned = false;
+  if (!cl_vectors) {
+    for (int32_t v = fill_vector(g, x, sizeof(U), channels_last ? C : 1); v >= 2 && !planned; v /= 2)
+      planned = plan(v);
+    if (!planned) planned = plan(0);
+  }
+  if (planned && tile_blocks(t, nc) < (int64_t{1} << 31)) {
     t.pairs = pairs ? 1 : 0;
     const unsigned blocks = static_cast<unsigned>(tile_blocks(t, nc));
     if (!channels_last) {

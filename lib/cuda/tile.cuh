@@ -598,37 +598,51 @@ __device__ __forceinline__ void fill_tile_by_vectors(T* tile, const T* x_block, 
 
 // 1-D tiles without lhs dilation: a channel's tile is one run of its input
 // line starting at coordinate row0 * stride - pad_lo, zeros where the run
-// leaves the line. A thread steps through elements blockDim.x apart keeping
-// its channel's row and position in the run (one FastDiv a thread, not one
-// an element: ncu had the element-wise fill at ~35 instructions an element,
-// 63% of wav2vec's unfold), kFill loads before its stores.
+// leaves the line; kFill loads a thread before its stores. Runs of a block's
+// width or more are filled a channel after another, consecutive threads
+// taking consecutive elements (no index math but the bounds: ncu had the
+// element-wise fill, two FastDivs and a source pointer an element, at ~35
+// instructions an element, 63% of wav2vec's unfold); shorter runs element by
+// element of the block's tiles, channel e / plane.
 template <typename T>
 __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t channels, int32_t row0,
                                              const Geometry& g, const TilePlan& t) {
   const int32_t in = static_cast<int32_t>(g.in[0]), plane = static_cast<int32_t>(t.width.d);
   const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
-  const int32_t step = static_cast<int32_t>(blockDim.x), count = channels * plane;
-  int32_t ci, i, step_channels, step_elements;
-  t.width.divmod(static_cast<int32_t>(threadIdx.x), ci, i);
-  t.width.divmod(step, step_channels, step_elements);
-  const T* row = x_block + static_cast<int64_t>(ci) * in;  // the thread's channel's input line
-  const int64_t step_rows = static_cast<int64_t>(step_channels) * in;
-  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill * step) {
-    T v[kFill];
-#pragma unroll
-    for (int u = 0; u < kFill; ++u) {
+  const int32_t step = static_cast<int32_t>(blockDim.x);
+  keep_in_register(x_block);
+  if (plane < step) {
+    fill_tile(tile, channels * plane, [&](int32_t e) -> const T* {
+      int32_t ci, i;
+      t.width.divmod(e, ci, i);
       const int32_t q = first + i;
-      v[u] = e0 + u * step < count && static_cast<uint32_t>(q) < static_cast<uint32_t>(in) ? __ldg(row + q) : T(0);
-      i += step_elements;
-      row += step_rows;
-      if (i >= plane) {
-        i -= plane;
-        row += in;
-      }
-    }
+      if (static_cast<uint32_t>(q) >= static_cast<uint32_t>(in)) return nullptr;
+      return x_block + (static_cast<uint64_t>(static_cast<uint32_t>(ci)) * static_cast<uint32_t>(in) +
+                        static_cast<uint32_t>(q));
+    });
+    return;
+  }
+  for (int32_t ci = 0; ci < channels; ++ci) {
+    const T* row = x_block + static_cast<int64_t>(ci) * in;
+    keep_in_register(row);
+    T* out = tile + ci * plane;
+    // Whole groups of kFill first, with unconditional stores (predicated
+    // ones had nvcc re-derive the tile's address for each), then the rest.
+    int32_t i0 = threadIdx.x;
+    for (; i0 + (kFill - 1) * step < plane; i0 += kFill * step) {
+      T v[kFill];
 #pragma unroll
-    for (int u = 0; u < kFill; ++u)
-      if (e0 + u * step < count) tile[e0 + u * step] = v[u];
+      for (int u = 0; u < kFill; ++u) {
+        const int32_t q = first + i0 + u * step;
+        v[u] = static_cast<uint32_t>(q) < static_cast<uint32_t>(in) ? __ldg(row + q) : T(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kFill; ++u) out[i0 + u * step] = v[u];
+    }
+    for (; i0 < plane; i0 += step) {
+      const int32_t q = first + i0;
+      out[i0] = static_cast<uint32_t>(q) < static_cast<uint32_t>(in) ? __ldg(row + q) : T(0);
+    }
   }
 }
 
