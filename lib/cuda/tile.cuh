@@ -42,10 +42,11 @@ struct TilePlan {
   // input and is filled from it flat (plan_whole_fill).
   int32_t whole = 0;
   int32_t pairs = 0;  // 1: 2-byte columns written a pair of positions at a time (unfold_write.cuh)
-  // Channels-first tiles filled a vector of `vector` elements at a time
-  // (plan_tile's line_vector, fill_tile_vectors; 0: not): the tile's lines
-  // start `lead` columns before its first, so that input column 0 falls on
-  // a vector boundary, and are a whole number of vectors long.
+  // Tiles filled a vector of `vector` elements at a time (plan_tile's
+  // line_vector, fill_tile_vectors; 0: not): the tile's lines start `lead`
+  // elements before its first column, so that input element 0 of a line
+  // falls on a vector boundary, and are a whole number of vectors long; the
+  // kernels add lead to their tap offsets.
   int32_t vector = 0, lead = 0;
   FastDiv line_vectors;  // vectors a tile line
   FastDiv in_div[kMaxSpatial];  // g.in
