@@ -43,6 +43,26 @@ bool same_tile(const std::vector<U>& got, const std::vector<U>& want, size_t fil
   return true;
 }
 
+// Every block of plan t over nc images of C channels of counting values
+// (never 0, the padding, nor the marker) in x: fn(block, b, x_block, want,
+// got), want and got (t.channels planes) refilled with the marker first.
+template <typename U, typename Fn>
+bool for_each_block(const Geometry& g, const TilePlan& t, int64_t C, int64_t nc, const ColumnsLayout& lay,
+                    std::vector<U>& x, U marker, Fn&& fn) {
+  x.resize(nc * C * g.in_size);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<U>(i % 1000 + 1);
+  std::vector<U> want(static_cast<size_t>(t.channels) * t.plane), got(want.size());
+  blockDim.x = kThreads;
+  for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
+    blockIdx.x = static_cast<unsigned>(block);
+    const TileBlock b = tile_block(t, C, lay);
+    std::fill(want.begin(), want.end(), marker);
+    std::fill(got.begin(), got.end(), marker);
+    if (!fn(block, b, x.data() + (b.n * C + b.c0) * g.in_size, want, got)) return false;
+  }
+  return true;
+}
+
 // small_maps: 2-D and 3-D maps of all their positions, padding >= 0 (the
 // whole-input tiles of 7 x 7 maps).
 template <typename U>
@@ -70,17 +90,10 @@ bool one_case(bool small_maps) {
   if (nd == 1) ++cases_1d;
   if (narrow) ++narrow_cases;
   if (t.whole) ++whole_cases;
-  std::vector<U> x(nc * C * g.in_size);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<U>(i % 1000 + 1);
+  std::vector<U> x;
   const U marker = static_cast<U>(0x5a5a);  // no input value, nor padding's 0
-  std::vector<U> want(static_cast<size_t>(t.channels) * t.plane), got(want.size());
-  blockDim.x = kThreads;
-  for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
-    blockIdx.x = static_cast<unsigned>(block);
-    const TileBlock b = tile_block(t, C, lay);
-    const U* x_block = x.data() + (b.n * C + b.c0) * g.in_size;
-    std::fill(want.begin(), want.end(), marker);
-    std::fill(got.begin(), got.end(), marker);
+  return for_each_block(g, t, C, nc, lay, x, marker, [&](int64_t block, const TileBlock& b, const U* x_block,
+                                                          std::vector<U>& want, std::vector<U>& got) {
     for (unsigned th = 0; th < kThreads; ++th) {
       threadIdx.x = th;
       if (nd == 1) fill_channels_first<1>(want.data(), x_block, g, t, b);
@@ -111,8 +124,8 @@ bool one_case(bool small_maps) {
       }
       if (!same_tile(whole, want, filled, marker, "whole input", t, block)) return false;
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 // fill_tile_by_vectors (2-D and 3-D plans with a line vector of E elements,
@@ -147,23 +160,16 @@ bool vector_case(bool channels_last) {
     return false;
   }
   ++vector_cases;
-  std::vector<U> x(nc * C * g.in_size);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<U>(i % 1000 + 1);
+  std::vector<U> x;
   const U marker = static_cast<U>(0x5a5a);
-  std::vector<U> want(static_cast<size_t>(t.channels) * t.plane), got(want.size());
-  blockDim.x = kThreads;
-  for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
-    blockIdx.x = static_cast<unsigned>(block);
-    const TileBlock b = tile_block(t, C, lay);
-    const U* x_block = x.data() + (b.n * C + b.c0) * g.in_size;
-    std::fill(want.begin(), want.end(), marker);
-    std::fill(got.begin(), got.end(), marker);
+  // Channels-last plans have one channel block: x_block is the image.
+  return for_each_block(g, t, C, nc, lay, x, marker, [&](int64_t block, const TileBlock& b, const U* x_block,
+                                                          std::vector<U>& want, std::vector<U>& got) {
     for (unsigned th = 0; th < kThreads; ++th) {
       threadIdx.x = th;
       if (channels_last) {
-        const U* x_image = x.data() + b.n * C * g.in_size;
-        if (nd == 2) fill_tile_by_vectors<2>(got.data(), x_image, 1, b.row0, g, t, static_cast<int32_t>(C));
-        else fill_tile_by_vectors<3>(got.data(), x_image, 1, b.row0, g, t, static_cast<int32_t>(C));
+        if (nd == 2) fill_tile_by_vectors<2>(got.data(), x_block, 1, b.row0, g, t, static_cast<int32_t>(C));
+        else fill_tile_by_vectors<3>(got.data(), x_block, 1, b.row0, g, t, static_cast<int32_t>(C));
       } else if (nd == 2) {
         fill_channels_first<2>(want.data(), x_block, g, t, b);
         fill_tile_by_vectors<2>(got.data(), x_block, b.channels, b.row0, g, t);
@@ -196,8 +202,8 @@ bool vector_case(bool channels_last) {
         }
       }
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 }  // namespace
