@@ -368,6 +368,11 @@ LARGE_CASES = [
     # take it).
     pytest.param(Case.make((7, 7), (3, 3), padding=((1, 1), (1, 1)), c=21), id="2d-small-planes"),
     pytest.param(Case.make((1599,), (3,), stride=(2,), c=4), id="1d-odd-line"),
+    # Small maps whose columns the channels-first unfold writes a run of
+    # planes at a time (unfold_planes.cuh): on an H100 / H200 several runs a
+    # block in every dtype; a 1-D row whose runs span several periods.
+    pytest.param(Case.make((14, 14), (3, 3), padding=((1, 1), (1, 1)), n=8, c=256), id="2d-planes-runs"),
+    pytest.param(Case.make((50,), (3,), padding=((0, 1),), n=3, c=16), id="1d-planes-periods"),
     # Stride 2 along even output rows (dilated: taps at odd and even
     # offsets; 3-D), and tiles holding their channels' whole input (the
     # channels-first unfold's zeroed tiles; even rows: in pairs for 2-byte

@@ -23,7 +23,9 @@
 #include "fold_staged.cuh"
 #include "fold_vector.cuh"
 #include "device_util.cuh"
+#include "device_info.h"
 #include "tile.cuh"
+#include "unfold_planes.cuh"
 #include "unfold_write.cuh"
 
 namespace im2col::cuda {
@@ -161,6 +163,22 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     }
   }
   write_elements<ND, U>(tile, taps, image, g, t, lay, b);
+}
+
+// Small channels-first maps whose columns leave no gaps: runs of planes
+// written flat, a 16-byte vector a thread a run (unfold_planes.cuh).
+template <int ND, typename U, bool VECTOR_LOADS, bool STREAM>
+__global__ void __launch_bounds__(kPlanesMaxThreads)
+unfold_cf_planes_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, PlanesPlan p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  U* staged = reinterpret_cast<U*>(smem);
+  const int64_t run0 = static_cast<int64_t>(blockIdx.x) * p.runs;
+  const int32_t runs = static_cast<int32_t>(p.run_count - run0 < p.runs ? p.run_count - run0 : p.runs);
+  const PlanesLoads<VECTOR_LOADS, U> loads = load_planes<VECTOR_LOADS>(x + run0 * p.run_elements, p, runs);
+  const PlaneOffsets<U> off = plane_offsets<ND, U>(g, p);
+  stage_planes<VECTOR_LOADS>(staged, loads, p, runs);
+  __syncthreads();
+  write_planes<STREAM>(staged, cols + run0 * p.run_planes * g.kernel_size * g.out_size, off, p, runs);
 }
 
 // Channels-last with few channels: the block's columns are one contiguous
@@ -425,6 +443,14 @@ bool vector_fill_on() {
   return on;
 }
 
+// Small channels-first maps are written a run of planes at a time
+// (unfold_planes.cuh; BENCHMARKS.md, step 78); JAX_IM2COL_NO_PLANES_UNFOLD=1
+// leaves them to the tiled unfold.
+bool planes_unfold_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_PLANES_UNFOLD");
+  return on;
+}
+
 // The line vector (elements) for plan_tile: input lines of `column`
 // elements a position (C channels-last, else 1) and whole vectors.
 int32_t fill_vector(const Geometry& g, const void* x, size_t elem_bytes, int64_t column) {
@@ -444,6 +470,30 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
+  if (!channels_last && planes_unfold_on()) {
+    const U* x_chunk = x + n0 * C * g.in_size;
+    PlanesPlan p;
+    if (plan_unfold_planes(g, lay, C, nc, sizeof(U), x_chunk, cols, &p)) {
+      const int threads = planes_block_threads(p);
+      auto launch = [&](auto kernel) -> cudaError_t {
+        DeviceInfo info;
+        int resident = 0;
+        if (auto e = current_device_info(&info); e != cudaSuccess) return e;
+        if (auto e = resident_blocks(reinterpret_cast<const void*>(kernel), threads,
+                                     static_cast<int>(kPlanesSmem), &resident);
+            e != cudaSuccess)
+          return e;
+        if (!plan_planes_grid(static_cast<int64_t>(info.multiprocessors) * resident, sizeof(U), &p))
+          return cudaErrorInvalidConfiguration;
+        kernel<<<p.blocks, threads, p.smem, stream>>>(x_chunk, cols, g, p);
+        return cudaGetLastError();
+      };
+      // Inputs whose runs are not whole 16-byte vectors (rare) are staged
+      // element by element and stored plainly.
+      if (!p.vector_loads) return launch(unfold_cf_planes_kernel<ND, U, false, false>);
+      return launch(unfold_cf_planes_kernel<ND, U, true, STREAM>);
+    }
+  }
   TilePlan t;
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&

@@ -1,0 +1,216 @@
+// The channels-first unfold of small maps, written flat (columns.cu,
+// unfold_cf_planes_kernel).
+//
+// Where a chunk's columns hold every output position and leave no gaps
+// (rows L apart, images C * K * L apart), they are one array of planes
+// (image, channel) of K * L entries each, and which input element an entry
+// reads repeats every P = lcm(K * L, V) entries (V: a 16-byte vector's
+// elements), that is every P / (K * L) planes. A block takes `groups` runs of
+// such planes, thread i the i-th vector of every run: its V entries read the
+// same offsets within each run's input, so it works them out once (a
+// source_offset an entry) and then spends V shared-memory reads and one
+// 16-byte store a run. The runs' input planes follow one another in x as
+// well: the block stages them flat, each run followed by a zero that its
+// padding entries read. The tiled unfold (unfold_write.cuh) pays a block's
+// setup per band of 7 x 7 positions and stores 2-byte elements, 64 positions
+// a warp of which 49 are used; this kernel's offsets cost a thread about as
+// much as writing 8 runs, so blocks take many (plan_planes_grid): 7 x 7 and
+// 14 x 14 maps 1.15-1.25x faster (BENCHMARKS.md, step 78).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <type_traits>
+
+#include "../geometry.h"
+#include "device_util.cuh"
+
+namespace im2col::cuda {
+
+struct PlanesPlan {
+  int32_t threads = 0;          // vectors of a run: one a thread
+  int32_t run_planes = 0;       // planes a run
+  int32_t run_elements = 0;     // input elements of a run: run_planes * in_size
+  int32_t run_stride = 0;       // shared-memory elements a run's input takes, its zero included, whole vectors
+  int32_t runs = 0;             // runs a block
+  int32_t vector_loads = 0;     // 1: staged by 16-byte loads
+  int64_t run_count = 0;        // runs in all
+  unsigned blocks = 0;
+  size_t smem = 0;
+  FastDiv plane_entries;        // K * L
+  FastDiv positions;            // L
+  FastDiv run_loads;            // loads a run's staging takes
+};
+
+constexpr int64_t kPlanesMinThreads = 256;  // runs of several periods below it
+// One vector a thread; runs of 28 x 28 bfloat16 planes (882 vectors) were
+// 1.4-1.9x slower than the tiled unfold: a thread's offsets cost as much as
+// writing 8 runs, and it wrote one (BENCHMARKS.md, step 78).
+constexpr int64_t kPlanesMaxThreads = 512;
+constexpr int kPlanesLoads = 4;  // staging loads a thread
+constexpr size_t kPlanesSmem = 24 * 1024;    // staged input a block
+
+// A block's threads: the run's vectors, in whole warps.
+__host__ __device__ inline int32_t planes_block_threads(const PlanesPlan& p) { return (p.threads + 31) / 32 * 32; }
+
+// The plan for nc images of C channels from x_chunk into cols, but for its
+// grid (plan_planes_grid), or false where the columns leave gaps, a run
+// would take more than a block's threads, or its input more than
+// kPlanesSmem or kPlanesLoads loads a thread, or the planes are not whole
+// runs.
+inline bool plan_unfold_planes(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
+                               size_t elem_bytes, const void* x_chunk, const void* cols, PlanesPlan* p) {
+  const int64_t L = g.out_size, KL = g.kernel_size * L, V = 16 / static_cast<int64_t>(elem_bytes);
+  if (lay.l0 != 0 || lay.lc != L || lay.row_stride != L || (nc > 1 && lay.image_stride != C * KL) ||
+      !aligned_to(cols, 16) || KL <= 0)
+    return false;
+  const int64_t common = std::gcd(KL, V);
+  int64_t threads = KL / common, run_planes = V / common;
+  while (threads * 2 <= kPlanesMinThreads) {
+    threads *= 2;
+    run_planes *= 2;
+  }
+  const int64_t planes = nc * C;
+  if (threads > kPlanesMaxThreads || planes % run_planes != 0) return false;
+  const int64_t run_elements = run_planes * g.in_size;
+  const int64_t run_stride = (run_elements + 1 + V - 1) / V * V;
+  if (static_cast<size_t>(run_stride) * elem_bytes > kPlanesSmem) return false;
+  p->threads = static_cast<int32_t>(threads);
+  p->run_planes = static_cast<int32_t>(run_planes);
+  p->run_elements = static_cast<int32_t>(run_elements);
+  p->run_stride = static_cast<int32_t>(run_stride);
+  p->run_count = planes / run_planes;
+  p->vector_loads = aligned_to(x_chunk, 16) && run_elements * static_cast<int64_t>(elem_bytes) % 16 == 0;
+  const int64_t run_loads = p->vector_loads ? run_elements / V : run_elements;
+  if (run_loads > kPlanesLoads * planes_block_threads(*p)) return false;
+  p->plane_entries = FastDiv(KL);
+  p->positions = FastDiv(L);
+  p->run_loads = FastDiv(run_loads);
+  return true;
+}
+
+// As many runs a block as spread the runs over one wave of `resident`
+// blocks (the device's multiprocessors times the blocks of the kernel each
+// holds at once), within the staging's bytes and loads. False where the grid
+// would not fit.
+inline bool plan_planes_grid(int64_t resident, size_t elem_bytes, PlanesPlan* p) {
+  const size_t run_bytes = static_cast<size_t>(p->run_stride) * elem_bytes;
+  const int64_t most = std::min<int64_t>(static_cast<int64_t>(kPlanesSmem / run_bytes),
+                                         kPlanesLoads * planes_block_threads(*p) / p->run_loads.d);
+  const int64_t wave = std::max<int64_t>(1, resident);
+  p->runs = static_cast<int32_t>(std::min(most, std::max<int64_t>(1, (p->run_count + wave - 1) / wave)));
+  const int64_t blocks = (p->run_count + p->runs - 1) / p->runs;
+  p->blocks = static_cast<unsigned>(blocks);
+  p->smem = static_cast<size_t>(p->runs) * run_bytes;
+  return blocks < (int64_t{1} << 31);
+}
+
+// The staging's loads: load i of the block is thread i % blockDim's
+// (i / blockDim)-th, at most kPlanesLoads a thread (plan_unfold_planes),
+// all issued before the thread works out its offsets, which hide their
+// latency.
+template <bool VECTOR_LOADS, typename U>
+using PlanesLoad = std::conditional_t<VECTOR_LOADS, uint4, U>;
+
+template <bool VECTOR_LOADS, typename U>
+struct PlanesLoads {
+  PlanesLoad<VECTOR_LOADS, U> v[kPlanesLoads];
+};
+
+// This thread's loads of the block's `runs` runs of input (x_block: the
+// first one's first plane).
+template <bool VECTOR_LOADS, typename U>
+__device__ __forceinline__ PlanesLoads<VECTOR_LOADS, U> load_planes(const U* x_block, const PlanesPlan& p,
+                                                                    int32_t runs) {
+  PlanesLoads<VECTOR_LOADS, U> r;
+  const int32_t loads = runs * static_cast<int32_t>(p.run_loads.d);
+  const PlanesLoad<VECTOR_LOADS, U>* src = reinterpret_cast<const PlanesLoad<VECTOR_LOADS, U>*>(x_block);
+#pragma unroll
+  for (int j = 0; j < kPlanesLoads; ++j) {
+    const int32_t i = threadIdx.x + j * blockDim.x;
+    if (i < loads) r.v[j] = __ldg(src + i);
+  }
+  return r;
+}
+
+// Stores this thread's loads at staged, run j at j * run_stride, and the
+// zeros that follow each run to its stride.
+template <bool VECTOR_LOADS, typename U>
+__device__ __forceinline__ void stage_planes(U* staged, const PlanesLoads<VECTOR_LOADS, U>& r,
+                                             const PlanesPlan& p, int32_t runs) {
+  constexpr int32_t E = sizeof(PlanesLoad<VECTOR_LOADS, U>) / sizeof(U);
+  const int32_t pad = p.run_stride - p.run_elements;
+  for (int32_t i = threadIdx.x; i < runs * pad; i += blockDim.x) {
+    const int32_t j = i / pad;
+    staged[j * p.run_stride + p.run_elements + (i - j * pad)] = U(0);
+  }
+  const int32_t loads = runs * static_cast<int32_t>(p.run_loads.d);
+#pragma unroll
+  for (int j = 0; j < kPlanesLoads; ++j) {
+    const int32_t i = threadIdx.x + j * blockDim.x;
+    if (i < loads) {
+      int32_t run, at;
+      p.run_loads.divmod(i, run, at);
+      *reinterpret_cast<PlanesLoad<VECTOR_LOADS, U>*>(staged + run * p.run_stride + at * E) = r.v[j];
+    }
+  }
+}
+
+// Where this thread's vector of a run reads: its V entries' offsets in the
+// run's staged input, the run's zero for padding (threads past the run's
+// vectors get zeros, and write nothing).
+template <typename U>
+struct PlaneOffsets {
+  int32_t v[16 / sizeof(U)] = {};
+};
+
+template <int ND, typename U>
+__device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, const PlanesPlan& p) {
+  constexpr int V = 16 / sizeof(U);
+  PlaneOffsets<U> off;
+  const int32_t i = threadIdx.x;
+  if (i >= p.threads) return off;
+  const int32_t L = static_cast<int32_t>(p.positions.d), K = static_cast<int32_t>(g.kernel_size);
+  const int32_t in_size = static_cast<int32_t>(g.in_size);
+  int32_t plane, entry, kk, l;
+  p.plane_entries.divmod(i * V, plane, entry);
+  p.positions.divmod(entry, kk, l);
+  int32_t o[kMaxSpatial], k[kMaxSpatial];
+  unravel<ND>(l, g.out, o);
+  unravel<ND>(kk, g.kernel, k);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const int32_t s = source_offset<ND, int32_t>(g, o, k);
+    off.v[v] = s >= 0 ? plane * in_size + s : p.run_elements;
+    increment<ND>(o, g.out);
+    if (++l == L) {
+      l = 0;
+      increment<ND>(k, g.kernel);
+      if (++kk == K) {
+        kk = 0;
+        ++plane;
+      }
+    }
+  }
+  return off;
+}
+
+// Writes the block's runs from the staged input: thread i the i-th vector of
+// each run (cols_block: the first run's first entry).
+template <bool STREAM = false, typename U>
+__device__ __forceinline__ void write_planes(const U* staged, U* cols_block, const PlaneOffsets<U>& off,
+                                             const PlanesPlan& p, int32_t runs) {
+  constexpr int V = 16 / sizeof(U);
+  const int32_t i = threadIdx.x;
+  if (i >= p.threads) return;
+  Pack<U, V>* dst = reinterpret_cast<Pack<U, V>*>(cols_block) + i;
+  for (int32_t j = 0; j < runs; ++j, staged += p.run_stride, dst += p.threads) {
+    Pack<U, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.v[v] = staged[off.v[v]];
+    store_maybe_streaming<STREAM>(dst, out);
+  }
+}
+
+}  // namespace im2col::cuda
