@@ -5,8 +5,9 @@
 // (rows L apart, images C * K * L apart), they are one array of planes
 // (image, channel) of K * L entries each, and which input element an entry
 // reads repeats every P = lcm(K * L, V) entries (V: a 16-byte vector's
-// elements), that is every P / (K * L) planes. A block takes `groups` runs of
-// such planes, thread i the i-th vector of every run: its V entries read the
+// elements), that is every P / (K * L) planes. A run is that many planes
+// (doubled while it has under kPlanesMinThreads vectors); a block takes
+// `runs` runs, thread i the i-th vector of each: its V entries read the
 // same offsets within each run's input, so it works them out once (a
 // source_offset an entry) and then spends V shared-memory reads and one
 // 16-byte store a run. The runs' input planes follow one another in x as
@@ -49,7 +50,7 @@ constexpr int64_t kPlanesMinThreads = 256;  // runs of several periods below it
 // writing 8 runs, and it wrote one (BENCHMARKS.md, step 78).
 constexpr int64_t kPlanesMaxThreads = 512;
 constexpr int kPlanesLoads = 4;  // staging loads a thread
-constexpr size_t kPlanesSmem = 24 * 1024;    // staged input a block
+constexpr size_t kPlanesSmem = 24 * 1024;  // staged input a block
 
 // A block's threads: the run's vectors, in whole warps.
 __host__ __device__ inline int32_t planes_block_threads(const PlanesPlan& p) { return (p.threads + 31) / 32 * 32; }
