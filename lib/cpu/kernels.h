@@ -1,6 +1,7 @@
 // CPU unfold (im2col) and fold (col2im as a gather) over one chunk of columns.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,48 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
                      bool channels_last) {
   const int64_t K = g.kernel_size, C = channels;
   int64_t o[kMaxSpatial], k[kMaxSpatial];
+  if (!channels_last && !g.any_lhs_dilation) {
+    // A row's positions along each output line: zeros, then a run the tap
+    // reads inside the input (copied, strided by the stride), then zeros.
+    constexpr int LAST = ND - 1;
+    const int64_t width = g.out[LAST], stride = g.stride[LAST], end = lay.l0 + lay.lc;
+    for (int64_t n = 0; n < nc; ++n) {
+      for (int64_t c = 0; c < C; ++c) {
+        const T* xc = x + ((n0 + n) * C + c) * g.in_size;
+        for (int64_t kk = 0; kk < K; ++kk) {
+          unravel<ND>(kk, g.kernel, k);
+          T* row = cols + n * lay.image_stride + (c * K + kk) * lay.row_stride;
+          int64_t lo, hi;
+          tap_inside_range(g, LAST, k[LAST], &lo, &hi);
+          const int64_t reach = k[LAST] * g.rhs_dilation[LAST] - g.pad_lo[LAST];
+          for (int64_t l = lay.l0; l < end;) {
+            const int64_t line = l / width, w0 = l - line * width;
+            const int64_t w1 = width < w0 + end - l ? width : w0 + end - l;
+            int64_t outer = 0;  // the line's input line, -1 on padding
+            if constexpr (ND > 1) {
+              int64_t oo[kMaxSpatial], origin[kMaxSpatial];
+              unravel<ND - 1>(line, g.out, oo);
+              window_origin<ND - 1>(g, oo, origin);
+              outer = source_offset_at<ND - 1>(g, origin, k);
+            }
+            const int64_t a = outer < 0 ? w1 : std::min(std::max(lo, w0), w1);
+            const int64_t b = outer < 0 ? w1 : std::min(std::max(hi, a), w1);
+            T* seg = row + (l - lay.l0);  // position w0 of the line
+            const int64_t base = outer * g.in[LAST] + reach;  // + w * stride
+            std::memset(seg, 0, (a - w0) * sizeof(T));
+            if (b > a && stride == 1) {
+              std::memcpy(seg + (a - w0), xc + base + a, (b - a) * sizeof(T));
+            } else {
+              for (int64_t w = a; w < b; ++w) seg[w - w0] = xc[base + w * stride];
+            }
+            std::memset(seg + (b - w0), 0, (w1 - b) * sizeof(T));
+            l += w1 - w0;
+          }
+        }
+      }
+    }
+    return;
+  }
   if (!channels_last) {
     for (int64_t n = 0; n < nc; ++n) {
       for (int64_t c = 0; c < C; ++c) {
