@@ -19,9 +19,7 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
                      bool channels_last) {
   const int64_t K = g.kernel_size, C = channels;
   int64_t o[kMaxSpatial], k[kMaxSpatial];
-  if (!channels_last && !g.any_lhs_dilation) {
-    // A row's positions along each output line: zeros, then a run the tap
-    // reads inside the input (copied, strided by the stride), then zeros.
+  if (!channels_last) {
     constexpr int LAST = ND - 1;
     const int64_t width = g.out[LAST], stride = g.stride[LAST], end = lay.l0 + lay.lc;
     for (int64_t n = 0; n < nc; ++n) {
@@ -30,6 +28,16 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
         for (int64_t kk = 0; kk < K; ++kk) {
           unravel<ND>(kk, g.kernel, k);
           T* row = cols + n * lay.image_stride + (c * K + kk) * lay.row_stride;
+          if (g.any_lhs_dilation) {  // an element at a time
+            unravel<ND>(lay.l0, g.out, o);
+            for (int64_t l = 0; l < lay.lc; ++l, increment<ND>(o, g.out)) {
+              const int64_t s = source_offset<ND>(g, o, k);
+              if (s >= 0) row[l] = xc[s]; else std::memset(&row[l], 0, sizeof(T));
+            }
+            continue;
+          }
+          // Along each output line: zeros, the run of positions whose tap
+          // reads inside the input (copied, strided by the stride), zeros.
           int64_t lo, hi;
           tap_inside_range(g, LAST, k[LAST], &lo, &hi);
           const int64_t reach = k[LAST] * g.rhs_dilation[LAST] - g.pad_lo[LAST];
@@ -55,23 +63,6 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
             }
             std::memset(seg + (b - w0), 0, (w1 - b) * sizeof(T));
             l += w1 - w0;
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (!channels_last) {
-    for (int64_t n = 0; n < nc; ++n) {
-      for (int64_t c = 0; c < C; ++c) {
-        const T* xc = x + ((n0 + n) * C + c) * g.in_size;
-        for (int64_t kk = 0; kk < K; ++kk) {
-          unravel<ND>(kk, g.kernel, k);
-          T* row = cols + n * lay.image_stride + (c * K + kk) * lay.row_stride;
-          unravel<ND>(lay.l0, g.out, o);
-          for (int64_t l = 0; l < lay.lc; ++l, increment<ND>(o, g.out)) {
-            const int64_t s = source_offset<ND>(g, o, k);
-            if (s >= 0) row[l] = xc[s]; else std::memset(&row[l], 0, sizeof(T));
           }
         }
       }
