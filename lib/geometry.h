@@ -394,16 +394,18 @@ IM2COL_HD I position_reading(const Geometry& g, int d, I q, I k, I s) {
   return a / s < static_cast<I>(g.out[d]) ? a / s : -1;
 }
 
-// With no lhs dilation along d: the output positions [*lo, *hi) along d at
-// which tap k reads inside the input (o * stride + k * rhs_dilation - pad_lo
-// in [0, in[d])); *lo == *hi where it never does.
-IM2COL_HD void tap_inside_range(const Geometry& g, int d, int64_t k, int64_t* lo, int64_t* hi) {
+// With no lhs dilation along d, tap k at output position o reads input
+// coordinate o * stride + reach; returns reach (k * rhs_dilation - pad_lo)
+// and sets [*lo, *hi) to the positions where that lies inside the input
+// (*lo == *hi where none does).
+IM2COL_HD int64_t tap_inside_range(const Geometry& g, int d, int64_t k, int64_t* lo, int64_t* hi) {
   const int64_t s = g.stride[d], reach = k * g.rhs_dilation[d] - g.pad_lo[d];
   const int64_t first = reach >= 0 ? 0 : (-reach + s - 1) / s;
   const int64_t last = g.in[d] - 1 - reach;  // o * s <= last
   const int64_t end = last < 0 ? 0 : last / s + 1;
   *lo = first < g.out[d] ? first : g.out[d];
   *hi = end < *lo ? *lo : end < g.out[d] ? end : g.out[d];
+  return reach;
 }
 
 // With no lhs dilation along d, tap k reads the input coordinates q with

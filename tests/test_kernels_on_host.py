@@ -1,7 +1,8 @@
 """CUDA kernels compiled as host code and run thread by thread (tests/host/*.cc;
 a kernel with a barrier as its phases, each for all threads of a block, one
-after the other) against float64 references, and the tiled unfold's plan
-against its coverage of the columns:
+after the other) against float64 references, the tiled unfold's plan
+against its coverage of the columns, and the CPU unfold against the same
+reference:
 CI has no GPU, and this checks their index math there too. Their GPU runs
 are the `gpu` variants of the other tests."""
 

@@ -39,8 +39,7 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
           // Along each output line: zeros, the run of positions whose tap
           // reads inside the input (copied, strided by the stride), zeros.
           int64_t lo, hi;
-          tap_inside_range(g, LAST, k[LAST], &lo, &hi);
-          const int64_t reach = k[LAST] * g.rhs_dilation[LAST] - g.pad_lo[LAST];
+          const int64_t reach = tap_inside_range(g, LAST, k[LAST], &lo, &hi);
           for (int64_t l = lay.l0; l < end;) {
             const int64_t line = l / width, w0 = l - line * width;
             const int64_t w1 = width < w0 + end - l ? width : w0 + end - l;
