@@ -368,6 +368,11 @@ LARGE_CASES = [
     # take it).
     pytest.param(Case.make((7, 7), (3, 3), padding=((1, 1), (1, 1)), c=21), id="2d-small-planes"),
     pytest.param(Case.make((1599,), (3,), stride=(2,), c=4), id="1d-odd-line"),
+    # 1-D tiles filled a 16-byte vector at a time, a lead a line (tile.cuh,
+    # fill_tile_1d_vectors): odd lines, so that every channel's line starts at
+    # another place in its vector; padding on both sides, blocks of several
+    # channels, the last one short.
+    pytest.param(Case.make((1601,), (5,), stride=(3,), padding=((2, 3),), n=3, c=23), id="1d-odd-lines-leads"),
     # Small maps whose columns the channels-first unfold writes a run of
     # planes at a time (unfold_planes.cuh): on an H100 / H200 several runs a
     # block in every dtype; a 1-D row whose runs span several periods.

@@ -149,7 +149,11 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
     }
   } else {
     filled = !g.any_lhs_dilation;
-    if (filled) fill_tile_1d(tile, x_block, b.channels, b.row0, g, t);
+    if (filled && t.vector > 0) {
+      fill_tile_1d_vectors(tile, x_block, b.channels, b.row0, g, t, line_origin(x_block, b.row0, g));
+    } else if (filled) {
+      fill_tile_1d(tile, x_block, b.channels, b.row0, g, t);
+    }
   }
   if (!filled) fill_channels_first<ND>(tile, x_block, g, t, b);
   __syncthreads();
@@ -162,7 +166,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
       return;
     }
   }
-  write_elements<ND, U>(tile, taps, image, g, t, lay, b);
+  write_elements<ND, U>(tile, taps, image, g, t, lay, b, line_origin(x_block, b.row0, g));
 }
 
 // Small channels-first maps whose columns leave no gaps: runs of planes
@@ -454,7 +458,9 @@ bool planes_unfold_on() {
 // The line vector (elements) for plan_tile: input lines of `column`
 // elements a position (C channels-last, else 1) and whole vectors.
 int32_t fill_vector(const Geometry& g, const void* x, size_t elem_bytes, int64_t column) {
-  if (g.nd < 2 || g.any_lhs_dilation || !vector_fill_on()) return 0;
+  if (g.any_lhs_dilation || !vector_fill_on()) return 0;
+  // 1-D lines take a lead each (fill_tile_1d_vectors): any x, 16 bytes.
+  if (g.nd == 1) return column == 1 ? static_cast<int32_t>(16 / elem_bytes) : 0;
   const int64_t line_bytes = g.in[g.nd - 1] * column * static_cast<int64_t>(elem_bytes);
   for (size_t bytes = 16; bytes >= 2 * elem_bytes && bytes >= 4; bytes /= 2)
     if (aligned_to(x, bytes) && line_bytes % static_cast<int64_t>(bytes) == 0)

@@ -94,9 +94,12 @@ inline int64_t band_extent(const Geometry& g, int64_t band) {
 }
 
 // Tile elements per channel for a band of `band` output rows (tile_extents first).
+// 1-D tiles filled a vector at a time (fill_tile_1d_vectors) give each
+// channel a slot of whole vectors with room for its line's lead.
 inline int64_t tile_plane(const Geometry& g, const TilePlan& t, int64_t band) {
   int64_t plane = band_extent(g, band);
   for (int d = 1; d < g.nd; ++d) plane *= t.extent[d];
+  if (g.nd == 1 && t.vector > 0) plane = (plane + 2 * t.vector - 2) / t.vector * t.vector;
   return plane;
 }
 
@@ -117,7 +120,8 @@ inline void size_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C, bo
     t->extent_div[d] = FastDiv(t->extent[d]);
   }
   t->width = FastDiv(t->extent[g.nd - 1] * (channels_last ? C : 1));
-  t->lines = FastDiv(t->plane / t->extent[g.nd - 1]);
+  t->lines = FastDiv(g.nd == 1 ? 1 : t->plane / t->extent[g.nd - 1]);
+  if (g.nd == 1 && t->vector > 0) t->line_vectors = FastDiv(t->plane / t->vector);
   t->channels_total = static_cast<int32_t>(C);
   t->channels_div = FastDiv(C);
   t->bands_div = FastDiv(t->bands);
@@ -179,6 +183,8 @@ constexpr int64_t kTileBandGridBlocks = 1024;
 // lines a whole number of vectors long) has its tile filled a vector at a
 // time: each tile line starts lead = -pad_lo * (C channels-last, else 1)
 // (mod line_vector) elements early and is a whole number of vectors long.
+// In 1-D (channels-first, 16-byte vectors) each line has a lead of its own
+// (fill_tile_1d_vectors).
 inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
                       bool channels_last, size_t elem_bytes, TilePlan* t,
                       size_t block_extra = 0, size_t channel_extra = 0, int64_t nc = 0,
@@ -193,6 +199,9 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
     while (extent * column % line_vector != 0) ++extent;
     t->extent[last] = static_cast<int32_t>(extent);
     t->line_vectors = FastDiv(extent * column / line_vector);
+  } else if (line_vector > 1 && g.nd == 1 && !g.any_lhs_dilation && !channels_last &&
+             line_vector * elem_bytes == 16) {
+    t->vector = line_vector;  // fill_tile_1d_vectors: a lead a channel, no t->lead
   }
   const int64_t K = g.kernel_size, rows = tile_rows_total(*t, lay);
   int64_t band = std::max<int64_t>(1, std::min<int64_t>(rows, kTileWork / t->rest));
@@ -643,6 +652,78 @@ __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t 
     for (; i0 < plane; i0 += step) {
       const int32_t q = first + i0;
       out[i0] = static_cast<uint32_t>(q) < static_cast<uint32_t>(in) ? __ldg(row + q) : T(0);
+    }
+  }
+}
+
+// 1-D tiles of plans with a vector (plan_tile; channels-first, no lhs
+// dilation): channel ci's line of coordinates first, first + 1, ... starts
+// lead(ci) elements into its slot of t.plane elements, lead(ci) being the
+// line's first element's place in its 16-byte vector of x, so that the
+// slot's vectors are x's aligned vectors (lines of odd lengths, wav2vec's
+// 3199, start anywhere in one). Vectors inside the line are one 16-byte
+// load, kFill1d a thread before their stores (4 spilled at the kernel's 32
+// registers); those over its ends (two a line) are read an element at a
+// time, zeros outside it. (ncu: the element-wise 1-D fill ran ~13
+// instructions an element, a third of wav2vec's unfold; with it wav2vec
+// 1.13x in float32, 1.27x in bfloat16; BENCHMARKS.md, step 79.)
+constexpr int kFill1d = 2;
+
+// The element index (from address 0, in elements of T) of the block's first
+// line's coordinate row0 * stride - pad_lo (x_block: its first channel's
+// line), and channel ci's lead from it.
+template <typename T>
+__device__ __forceinline__ uint32_t line_origin(const T* x_block, int32_t row0, const Geometry& g) {
+  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(x_block) / sizeof(T)) + static_cast<uint32_t>(first);
+}
+
+template <typename T>
+__device__ __forceinline__ int32_t line_lead(uint32_t origin, int32_t ci, const Geometry& g) {
+  return static_cast<int32_t>((origin + static_cast<uint32_t>(ci) * static_cast<uint32_t>(g.in[0])) &
+                              (16 / sizeof(T) - 1));
+}
+
+template <typename T>
+__device__ __forceinline__ void fill_tile_1d_vectors(T* tile, const T* x_block, int32_t channels, int32_t row0,
+                                                     const Geometry& g, const TilePlan& t, uint32_t origin) {
+  constexpr int32_t V = 16 / sizeof(T);
+  const int32_t in = static_cast<int32_t>(g.in[0]);
+  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  const int32_t count = channels * static_cast<int32_t>(t.line_vectors.d);
+  const int32_t step = static_cast<int32_t>(blockDim.x);
+  uint4* out = reinterpret_cast<uint4*>(tile);
+  keep_in_register(x_block);
+  for (int32_t e0 = threadIdx.x; e0 < count; e0 += kFill1d * step) {
+    uint4 v[kFill1d];
+    int32_t edge = 0;  // bit u: vector u is over a line's end
+#pragma unroll
+    for (int u = 0; u < kFill1d; ++u) {
+      const int32_t e = e0 + u * step;
+      int32_t ci, vi;
+      t.line_vectors.divmod(e, ci, vi);
+      const int32_t c0 = first + vi * V - line_lead<T>(origin, ci, g);  // input coordinate of the vector's first element
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (e < count && c0 >= 0 && c0 + V <= in) {
+        v[u] = __ldg(reinterpret_cast<const uint4*>(x_block + (static_cast<int64_t>(ci) * in + c0)));
+      } else if (e < count && c0 < in && c0 + V > 0) {
+        edge |= 1 << u;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFill1d; ++u) {
+      const int32_t e = e0 + u * step;
+      if (e < count) out[e] = v[u];
+      if (edge & (1 << u)) {
+        int32_t ci, vi;
+        t.line_vectors.divmod(e, ci, vi);
+        const int32_t c0 = first + vi * V - line_lead<T>(origin, ci, g);
+        for (int32_t j = 0; j < V; ++j) {
+          const int32_t c = c0 + j;
+          if (static_cast<uint32_t>(c) < static_cast<uint32_t>(in))
+            tile[e * V + j] = __ldg(x_block + (static_cast<int64_t>(ci) * in + c));
+        }
+      }
     }
   }
 }

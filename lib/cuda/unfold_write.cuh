@@ -38,7 +38,8 @@ constexpr int kPositions = 8;
 template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,
                                            const Geometry& g, const TilePlan& t,
-                                           const ColumnsLayout& lay, const TileBlock& b) {
+                                           const ColumnsLayout& lay, const TileBlock& b,
+                                           uint32_t origin = 0) {
   constexpr int32_t groups = kThreads / LANES, PER = sizeof(W) / sizeof(U);
   const int32_t group = threadIdx.x / LANES, first = threadIdx.x % LANES;
   const int32_t K = static_cast<int32_t>(g.kernel_size);
@@ -54,7 +55,11 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
                          : -1;
     }
     for (int32_t ci = group; ci < b.channels; ci += groups) {
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(tile + ci * t.plane);
+      const U* line = tile + ci * t.plane;
+      if constexpr (ND == 1) {
+        if (t.vector > 0) line += line_lead<U>(origin, ci, g);  // fill_tile_1d_vectors
+      }
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(line);
       W* dst = reinterpret_cast<W*>(image + ci * g.kernel_size * lay.row_stride) + q0;
       for (int32_t kk = 0; kk < K; ++kk, dst += row_words) {
         const unsigned char* tap = src + taps[kk];
@@ -72,16 +77,17 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
 // take 2 positions a lane.
 template <int ND, typename U>
 __device__ __forceinline__ void write_elements(const U* tile, const int32_t* taps, U* image, const Geometry& g,
-                                               const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b) {
+                                               const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b,
+                                               uint32_t origin) {
   const int32_t positions = b.p_end - b.p_begin;
   if (positions > 4 * kThreads) {
-    write_band<kThreads, ND, U>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U>(tile, taps, image, g, t, lay, b, origin);
   } else if (positions >= kThreads) {
-    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b);
+    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b, origin);
   } else if (positions > 64) {
-    write_band<32, ND, U>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U>(tile, taps, image, g, t, lay, b, origin);
   } else {
-    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b);
+    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b, origin);
   }
 }
 

@@ -7,7 +7,8 @@
 // (fill_channels_first, which the GPU tests check through the unfold) over
 // random geometries planned by plan_tile (channels per block, bands, chunks
 // of positions), each element size. Tiles start filled with a marker, so an
-// element neither fill writes shows too.
+// element neither fill writes shows too. fill_tile_1d_vectors (1-D plans
+// with a vector) likewise, each line from its lead.
 // Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <algorithm>
 #include <numeric>
@@ -206,6 +207,78 @@ bool vector_case(bool channels_last) {
   });
 }
 
+// fill_tile_1d_vectors (1-D channels-first plans with a 16-byte vector):
+// from its lead (line_lead: where the line's first element falls in its
+// 16-byte vector of x) on, channel ci's slot must hold the input line from
+// coordinate row0 * stride - pad_lo on, zeros outside it, over the tile's
+// whole extent (the write phase reads no more). x starts at a random element of its buffer, so that
+// the leads vary, and lines have any length.
+int vector_1d_cases = 0;
+
+template <typename U>
+bool vector_1d_case() {
+  constexpr int32_t V = 16 / sizeof(U);
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  Geometry g = draw_geometry(1, 400, pad_hi);
+  finish_geometry(g, pad_hi);
+  if (g.out_size <= 0) return true;
+  const int64_t C = draw(1, 40), nc = draw(1, 3);
+  ColumnsLayout lay;
+  lay.l0 = draw(0, 1) == 0 ? 0 : draw(0, static_cast<int>(g.out_size) - 1);
+  lay.lc = draw(1, static_cast<int>(g.out_size - lay.l0));
+  TilePlan t;
+  if (!plan_tile(g, lay, C, false, sizeof(U), &t, 0, 0, nc, V)) return true;
+  if (t.vector != (g.any_lhs_dilation ? 0 : V) || (t.vector > 0 && t.plane % V != 0)) {
+    std::printf("FAIL: 1-D vector plan: vector %d (asked %d, lhs dilation %d), plane %d\n", t.vector, V,
+                static_cast<int>(g.any_lhs_dilation), t.plane);
+    return false;
+  }
+  if (t.vector == 0) return true;
+  ++vector_1d_cases;
+  std::vector<U> buffer(static_cast<size_t>(nc * C * g.in_size + V));
+  U* x = buffer.data() + draw(0, V - 1);
+  for (int64_t i = 0; i < nc * C * g.in_size; ++i) x[i] = static_cast<U>(i % 1000 + 1);
+  const U marker = static_cast<U>(0x5a5a);
+  std::vector<U> want(static_cast<size_t>(t.channels) * t.plane), got(want.size());
+  blockDim.x = kThreads;
+  for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
+    blockIdx.x = static_cast<unsigned>(block);
+    const TileBlock b = tile_block(t, C, lay);
+    const U* x_block = x + (b.n * C + b.c0) * g.in_size;
+    std::fill(got.begin(), got.end(), marker);
+    const uint32_t origin = line_origin(x_block, b.row0, g);
+    for (unsigned th = 0; th < kThreads; ++th) {
+      threadIdx.x = th;
+      fill_tile_1d_vectors(got.data(), x_block, b.channels, b.row0, g, t, origin);
+    }
+    const int64_t first = b.row0 * g.stride[0] - g.pad_lo[0];
+    for (int32_t ci = 0; ci < b.channels; ++ci) {
+      for (int32_t j = 0; j < t.extent[0]; ++j) {
+        const int64_t c = first + j;
+        want[static_cast<size_t>(ci) * t.plane + j] = c >= 0 && c < g.in[0] ? x_block[ci * g.in[0] + c] : U(0);
+      }
+      const int32_t lead = line_lead<U>(origin, ci, g);
+      const uintptr_t address = reinterpret_cast<uintptr_t>(x_block + ci * g.in[0] + first);
+      if (lead < 0 || lead >= V || (address - lead * sizeof(U)) % 16 != 0) {
+        std::printf("FAIL: 1-D vector fill, %zu-byte elements, block %lld, channel %d: lead %d\n", sizeof(U),
+                    static_cast<long long>(block), ci, lead);
+        return false;
+      }
+      for (int32_t j = 0; j < t.extent[0]; ++j) {
+        const U have = got[static_cast<size_t>(ci) * t.plane + lead + j], should = want[static_cast<size_t>(ci) * t.plane + j];
+        if (have != should || have == marker) {
+          std::printf("FAIL: 1-D vector fill, %zu-byte elements, extent %d, plane %d, block %lld, channel %d, lead %d, "
+                      "element %d: got %llu, want %llu\n",
+                      sizeof(U), t.extent[0], t.plane, static_cast<long long>(block), ci, lead, j,
+                      static_cast<unsigned long long>(have), static_cast<unsigned long long>(should));
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -231,5 +304,12 @@ int main() {
   }
   std::printf("of 900 vector-fill cases (half channels-last), %d had a plan\n", vector_cases);
   run(vector_cases > 300);  // the others have no output or a tile the plan refuses
+  for (int i = 0; i < 300; ++i) {
+    run(vector_1d_case<uint16_t>());
+    run(vector_1d_case<uint32_t>());
+    run(vector_1d_case<uint64_t>());
+  }
+  std::printf("of 900 1-D vector-fill cases, %d had a plan with a vector\n", vector_1d_cases);
+  run(vector_1d_cases > 300);
   return run.report();
 }
