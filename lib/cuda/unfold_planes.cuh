@@ -8,7 +8,8 @@
 // elements), that is every P / (K * L) planes. A run is that many planes
 // (doubled while it has under kPlanesMinThreads vectors); a block takes
 // `runs` runs, thread i the i-th vector of each: its V entries read the
-// same offsets within each run's input, so it works them out once (a
+// same offsets within each run's input, so it works them out once (from
+// the last entry's coordinates where there is no lhs dilation, else a
 // source_offset an entry) and then spends V shared-memory reads and one
 // 16-byte store a run. The runs' input planes follow one another in x as
 // well: the block stages them flat, each run followed by a zero that its
@@ -36,6 +37,7 @@ struct PlanesPlan {
   int32_t run_stride = 0;       // shared-memory elements a run's input takes, its zero included, whole vectors
   int32_t runs = 0;             // runs a block
   int32_t vector_loads = 0;     // 1: staged by 16-byte loads
+  int32_t plain = 0;            // 1: no lhs dilation (plain_plane_offsets)
   int64_t run_count = 0;        // runs in all
   unsigned blocks = 0;
   size_t smem = 0;
@@ -83,6 +85,7 @@ inline bool plan_unfold_planes(const Geometry& g, const ColumnsLayout& lay, int6
   p->run_stride = static_cast<int32_t>(run_stride);
   p->run_count = planes / run_planes;
   p->vector_loads = aligned_to(x_chunk, 16) && run_elements * static_cast<int64_t>(elem_bytes) % 16 == 0;
+  p->plain = !g.any_lhs_dilation;
   const int64_t run_loads = p->vector_loads ? run_elements / V : run_elements;
   if (run_loads > kPlanesLoads * planes_block_threads(*p)) return false;
   p->plane_entries = FastDiv(KL);
@@ -166,8 +169,72 @@ struct PlaneOffsets {
   int32_t v[16 / sizeof(U)] = {};
 };
 
+// Without lhs dilation (p.plain): a thread's entries follow one another
+// (positions, then taps, then planes), so each one's input coordinates are
+// the last one's plus the stride along the last dimension, and only the
+// carries into the other dimensions, the next tap and the next plane set
+// them afresh (a source_offset an entry ran ~30 instructions, as much as
+// writing 8 runs: c512 bf16 7.2-7.5 -> 6.2-6.8 us, c256 bf16 10.8-11.0 ->
+// 10.2 us; BENCHMARKS.md, step 80).
+template <int ND, typename U>
+__device__ __forceinline__ PlaneOffsets<U> plain_plane_offsets(const Geometry& g, const PlanesPlan& p) {
+  constexpr int V = 16 / sizeof(U);
+  PlaneOffsets<U> off;
+  const int32_t i = threadIdx.x;
+  if (i >= p.threads) return off;
+  const int32_t K = static_cast<int32_t>(g.kernel_size), in_size = static_cast<int32_t>(g.in_size);
+  int32_t plane, entry, kk, l;
+  p.plane_entries.divmod(i * V, plane, entry);
+  p.positions.divmod(entry, kk, l);
+  int32_t o[kMaxSpatial], k[kMaxSpatial], c[kMaxSpatial];
+  unravel<ND>(l, g.out, o);
+  unravel<ND>(kk, g.kernel, k);
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+    c[d] = o[d] * static_cast<int32_t>(g.stride[d]) - static_cast<int32_t>(g.pad_lo[d]) +
+           k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+  int32_t base = plane * in_size;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    bool inside = true;
+    int32_t flat = 0;
+#pragma unroll
+    for (int d = 0; d < ND; ++d) {
+      inside = inside && static_cast<uint32_t>(c[d]) < static_cast<uint32_t>(g.in[d]);
+      flat = flat * static_cast<int32_t>(g.in[d]) + c[d];
+    }
+    off.v[v] = inside ? base + flat : p.run_elements;
+    if (v + 1 == V) break;
+    bool carry = true;  // into the next tap
+#pragma unroll
+    for (int d = ND - 1; d >= 0; --d) {
+      if (!carry) break;
+      const int32_t s = static_cast<int32_t>(g.stride[d]);
+      c[d] += s;
+      if (++o[d] < static_cast<int32_t>(g.out[d])) {
+        carry = false;
+      } else {
+        o[d] = 0;
+        c[d] -= static_cast<int32_t>(g.out[d]) * s;
+      }
+    }
+    if (carry) {
+      increment<ND>(k, g.kernel);
+      if (++kk == K) {
+        kk = 0;
+        base += in_size;
+      }
+#pragma unroll
+      for (int d = 0; d < ND; ++d)
+        c[d] = k[d] * static_cast<int32_t>(g.rhs_dilation[d]) - static_cast<int32_t>(g.pad_lo[d]);
+    }
+  }
+  return off;
+}
+
 template <int ND, typename U>
 __device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, const PlanesPlan& p) {
+  if (p.plain) return plain_plane_offsets<ND, U>(g, p);
   constexpr int V = 16 / sizeof(U);
   PlaneOffsets<U> off;
   const int32_t i = threadIdx.x;
