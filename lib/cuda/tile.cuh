@@ -251,6 +251,12 @@ __device__ __forceinline__ int32_t tap_offset(const Geometry& g, const TilePlan&
   return tap_displacement<ND>(g, t.extent, kk);
 }
 
+// The input coordinate along dimension 0 (dilated, padded) of the first
+// tile row of the band that starts at output row row0.
+__device__ __forceinline__ int32_t band_first_coordinate(const Geometry& g, int32_t row0) {
+  return row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+}
+
 // Offset into the tile of output position l (flat) for the band starting at
 // output row `row0`.
 template <int ND>
@@ -295,7 +301,7 @@ __device__ __forceinline__ int32_t line_source(const Geometry& g, const TilePlan
   for (int d = ND - 2; d >= 0; --d) {
     int32_t p;
     if (d == 0) {
-      p = line + row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+      p = line + band_first_coordinate(g, row0);
     } else {
       int32_t rest;
       t.extent_div[d].divmod(line, line, rest);
@@ -437,7 +443,7 @@ struct PlainLines {
   int32_t first_row, pad, in_last, in_row, in_mid;
   FastDiv mid;  // 3-D: tile lines per depth row
   __device__ __forceinline__ PlainLines(const Geometry& g, const TilePlan& t, int32_t row0) {
-    first_row = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+    first_row = band_first_coordinate(g, row0);
     pad = static_cast<int32_t>(g.pad_lo[ND - 1]);
     in_last = static_cast<int32_t>(g.in[ND - 1]);
     in_row = static_cast<int32_t>(g.in[0]);
@@ -618,7 +624,7 @@ template <typename T>
 __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t channels, int32_t row0,
                                              const Geometry& g, const TilePlan& t) {
   const int32_t in = static_cast<int32_t>(g.in[0]), plane = static_cast<int32_t>(t.width.d);
-  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  const int32_t first = band_first_coordinate(g, row0);
   const int32_t step = static_cast<int32_t>(blockDim.x);
   keep_in_register(x_block);
   if (plane < step) {
@@ -674,7 +680,7 @@ constexpr int kFill1d = 2;
 // line), and channel ci's lead from it.
 template <typename T>
 __device__ __forceinline__ uint32_t line_origin(const T* x_block, int32_t row0, const Geometry& g) {
-  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  const int32_t first = band_first_coordinate(g, row0);
   return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(x_block) / sizeof(T)) + static_cast<uint32_t>(first);
 }
 
@@ -689,7 +695,7 @@ __device__ __forceinline__ void fill_tile_1d_vectors(T* tile, const T* x_block, 
                                                      const Geometry& g, const TilePlan& t, uint32_t origin) {
   constexpr int32_t V = 16 / sizeof(T);
   const int32_t in = static_cast<int32_t>(g.in[0]);
-  const int32_t first = row0 * static_cast<int32_t>(g.stride[0]) - static_cast<int32_t>(g.pad_lo[0]);
+  const int32_t first = band_first_coordinate(g, row0);
   const int32_t count = channels * static_cast<int32_t>(t.line_vectors.d);
   const int32_t step = static_cast<int32_t>(blockDim.x);
   uint4* out = reinterpret_cast<uint4*>(tile);
