@@ -133,6 +133,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   // a channel, too few for its warps) one run per channel; element by
   // element with lhs dilation.
   const U* x_block = x + ((n0 + b.n) * C + b.c0) * g.in_size;
+  const uint32_t origin = line_origin(x_block, b.row0, g);  // 1-D vector fills
   bool filled = false;
   if constexpr (ND > 1) {
     filled = t.width.d >= 32 || !g.any_lhs_dilation;
@@ -150,7 +151,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
   } else {
     filled = !g.any_lhs_dilation;
     if (filled && t.vector > 0) {
-      fill_tile_1d_vectors(tile, x_block, b.channels, b.row0, g, t, line_origin(x_block, b.row0, g));
+      fill_tile_1d_vectors(tile, x_block, b.channels, b.row0, g, t, origin);
     } else if (filled) {
       fill_tile_1d(tile, x_block, b.channels, b.row0, g, t);
     }
@@ -166,7 +167,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
       return;
     }
   }
-  write_elements<ND, U>(tile, taps, image, g, t, lay, b, line_origin(x_block, b.row0, g));
+  write_elements<ND, U>(tile, taps, image, g, t, lay, b, origin);
 }
 
 // Small channels-first maps whose columns leave no gaps: runs of planes

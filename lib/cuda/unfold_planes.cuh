@@ -37,7 +37,7 @@ struct PlanesPlan {
   int32_t run_stride = 0;       // shared-memory elements a run's input takes, its zero included, whole vectors
   int32_t runs = 0;             // runs a block
   int32_t vector_loads = 0;     // 1: staged by 16-byte loads
-  int32_t plain = 0;            // 1: no lhs dilation (plain_plane_offsets)
+  int32_t plain = 0;            // 1: no lhs dilation (plane_offsets)
   int64_t run_count = 0;        // runs in all
   unsigned blocks = 0;
   size_t smem = 0;
@@ -169,15 +169,17 @@ struct PlaneOffsets {
   int32_t v[16 / sizeof(U)] = {};
 };
 
-// Without lhs dilation (p.plain): a thread's entries follow one another
-// (positions, then taps, then planes), so each one's input coordinates are
-// the last one's plus the stride along the last dimension, and only the
-// carries into the other dimensions, the next tap and the next plane set
-// them afresh (a source_offset an entry ran ~30 instructions, as much as
-// writing 8 runs: c512 bf16 7.2-7.5 -> 6.2-6.8 us, c256 bf16 10.8-11.0 ->
-// 10.2 us; BENCHMARKS.md, step 80).
+// A thread's entries follow one another (positions, then taps, then
+// planes): its first one's coordinates come from two divisions, each next
+// one's from the last one's, the carries setting the next tap and plane.
+// Without lhs dilation (p.plain) the entry's input coordinates c are carried
+// along too, the last one's plus the stride along the last dimension, so an
+// offset is a bounds check and a flat index; with it, a source_offset an
+// entry (~30 instructions, as much as writing 8 runs; the plain offsets took
+// c512 bf16 7.2-7.5 -> 6.2-6.8 us, c256 bf16 10.8-11.0 -> 10.2 us;
+// BENCHMARKS.md, step 80).
 template <int ND, typename U>
-__device__ __forceinline__ PlaneOffsets<U> plain_plane_offsets(const Geometry& g, const PlanesPlan& p) {
+__device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, const PlanesPlan& p) {
   constexpr int V = 16 / sizeof(U);
   PlaneOffsets<U> off;
   const int32_t i = threadIdx.x;
@@ -196,26 +198,32 @@ __device__ __forceinline__ PlaneOffsets<U> plain_plane_offsets(const Geometry& g
   int32_t base = plane * in_size;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    bool inside = true;
-    int32_t flat = 0;
+    int32_t s;
+    if (p.plain) {
+      bool inside = true;
+      s = 0;
 #pragma unroll
-    for (int d = 0; d < ND; ++d) {
-      inside = inside && static_cast<uint32_t>(c[d]) < static_cast<uint32_t>(g.in[d]);
-      flat = flat * static_cast<int32_t>(g.in[d]) + c[d];
+      for (int d = 0; d < ND; ++d) {
+        inside = inside && static_cast<uint32_t>(c[d]) < static_cast<uint32_t>(g.in[d]);
+        s = s * static_cast<int32_t>(g.in[d]) + c[d];
+      }
+      s = inside ? s : -1;
+    } else {
+      s = source_offset<ND, int32_t>(g, o, k);
     }
-    off.v[v] = inside ? base + flat : p.run_elements;
+    off.v[v] = s >= 0 ? base + s : p.run_elements;
     if (v + 1 == V) break;
     bool carry = true;  // into the next tap
 #pragma unroll
     for (int d = ND - 1; d >= 0; --d) {
       if (!carry) break;
-      const int32_t s = static_cast<int32_t>(g.stride[d]);
-      c[d] += s;
+      const int32_t step = static_cast<int32_t>(g.stride[d]);
+      c[d] += step;
       if (++o[d] < static_cast<int32_t>(g.out[d])) {
         carry = false;
       } else {
         o[d] = 0;
-        c[d] -= static_cast<int32_t>(g.out[d]) * s;
+        c[d] -= static_cast<int32_t>(g.out[d]) * step;
       }
     }
     if (carry) {
@@ -227,38 +235,6 @@ __device__ __forceinline__ PlaneOffsets<U> plain_plane_offsets(const Geometry& g
 #pragma unroll
       for (int d = 0; d < ND; ++d)
         c[d] = k[d] * static_cast<int32_t>(g.rhs_dilation[d]) - static_cast<int32_t>(g.pad_lo[d]);
-    }
-  }
-  return off;
-}
-
-template <int ND, typename U>
-__device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, const PlanesPlan& p) {
-  if (p.plain) return plain_plane_offsets<ND, U>(g, p);
-  constexpr int V = 16 / sizeof(U);
-  PlaneOffsets<U> off;
-  const int32_t i = threadIdx.x;
-  if (i >= p.threads) return off;
-  const int32_t L = static_cast<int32_t>(p.positions.d), K = static_cast<int32_t>(g.kernel_size);
-  const int32_t in_size = static_cast<int32_t>(g.in_size);
-  int32_t plane, entry, kk, l;
-  p.plane_entries.divmod(i * V, plane, entry);
-  p.positions.divmod(entry, kk, l);
-  int32_t o[kMaxSpatial], k[kMaxSpatial];
-  unravel<ND>(l, g.out, o);
-  unravel<ND>(kk, g.kernel, k);
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const int32_t s = source_offset<ND, int32_t>(g, o, k);
-    off.v[v] = s >= 0 ? plane * in_size + s : p.run_elements;
-    increment<ND>(o, g.out);
-    if (++l == L) {
-      l = 0;
-      increment<ND>(k, g.kernel);
-      if (++kk == K) {
-        kk = 0;
-        ++plane;
-      }
     }
   }
   return off;
