@@ -389,6 +389,13 @@ LARGE_CASES = [
     pytest.param(Case.make((6, 10), (3, 3), padding=((1, 1), (1, 1)), c=24), id="2d-whole-tile-pairs"),
     pytest.param(Case.make((8, 8), (3, 3), stride=(2, 2), padding=((1, 1), (1, 1)), c=24),
                  id="2d-whole-tile-strided"),
+    # Channels-last rows of few channels written a pair of positions at a
+    # time (2- and 4-byte elements, unfold_cl_write.cuh): even output lines,
+    # rows of 147 (odd: a pair is a whole number of words), 35 and 54.
+    pytest.param(Case.make((60, 92), (7, 7), stride=(2, 2), padding=((3, 3), (3, 3))), id="2d-stem-pairs"),
+    pytest.param(Case.make((1203,), (7,), stride=(2,), padding=((3, 3),), c=5), id="1d-cl-pairs"),
+    pytest.param(Case.make((6, 10, 20), (3, 3, 3), stride=(1, 1, 2), padding=((1, 1), (1, 1), (1, 1)), n=1, c=2),
+                 id="3d-cl-pairs"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 

@@ -25,6 +25,7 @@
 #include "device_util.cuh"
 #include "device_info.h"
 #include "tile.cuh"
+#include "unfold_cl_write.cuh"
 #include "unfold_planes.cuh"
 #include "unfold_write.cuh"
 
@@ -186,123 +187,17 @@ unfold_cf_planes_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
   write_planes<STREAM>(staged, cols + run0 * p.run_planes * g.kernel_size * g.out_size, off, p, runs);
 }
 
-// Channels-last with few channels: the block's columns are one contiguous
-// run of rows (n, l), each C * K long; element r of a row reads the tile at
-// position[p] + element[r] (byte offsets, from two tables). Rows of at least
-// 32 elements are written a chunk of 32 * CHUNK elements at a time: a lane
-// keeps the chunk's element offsets in registers and a warp writes the chunk
-// of one position after another, 3 instructions per element (ncu showed the
-// kernel issue-bound). Shorter rows are written as one flat run, lane i
-// taking element i of every 32, whose (position, element) advance by 32.
-// With STREAM (the unfold primitive's columns) stores are evict-first
-// (bfloat16 stem 72.5 -> 70.9 us; BENCHMARKS.md, step 74).
-constexpr int32_t kChunk = 8;
-
-template <int CHUNK, bool STREAM, typename U>
-__device__ __forceinline__ void write_rows_chunked(const unsigned char* tile, const int32_t* element,
-                                                   const int32_t* position, U* dst,
-                                                   int32_t positions, int32_t row) {
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int32_t chunk = 0; chunk < row; chunk += 32 * CHUNK) {
-    int32_t el[CHUNK];
-#pragma unroll
-    for (int i = 0; i < CHUNK; ++i) {
-      const int32_t r = chunk + lane + 32 * i;
-      el[i] = r < row ? element[r] : -1;
-    }
-    U* out = dst + static_cast<int64_t>(warp) * row + chunk + lane;
-    for (int32_t p = warp; p < positions; p += warps, out += static_cast<int64_t>(warps) * row) {
-      const unsigned char* src = tile + position[p];
-      for_each_index<CHUNK>([&](auto I) {
-        constexpr int i = decltype(I)::value;
-        if (el[i] >= 0)
-          store_maybe_streaming<STREAM, 32 * i * sizeof(U)>(out, *reinterpret_cast<const U*>(src + el[i]));
-      });
-    }
-  }
-}
-
-template <bool STREAM, typename U>
-__device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const int32_t* element,
-                                                const int32_t* position, U* dst,
-                                                int32_t positions, int32_t row) {
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int32_t count = positions * row;
-  for (int32_t seg = warp * 32 * kChunk; seg < count; seg += warps * 32 * kChunk) {
-    int32_t p = (seg + lane) / row, r = (seg + lane) - p * row;
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int32_t e = seg + lane + 32 * j;
-      if (e < count)
-        store_maybe_streaming<STREAM>(dst + e, *reinterpret_cast<const U*>(tile + position[p] + element[r]));
-      r += 32;
-      while (r >= row) {
-        r -= row;
-        ++p;
-      }
-    }
-  }
-}
-
-// Calls fn(std::integral_constant<int, CHUNK>{}) for a chunk of as many
-// slots as a row of `row` elements needs, of 3, 5 or 8 (the RGB stem's rows
-// of 147 filled 5 of 8; BENCHMARKS.md, step 74).
-template <typename Fn>
-void with_row_chunk(int64_t row, Fn&& fn) {
-  if (row <= 32 * 3) {
-    fn(std::integral_constant<int, 3>{});
-  } else if (row <= 32 * 5) {
-    fn(std::integral_constant<int, 5>{});
-  } else {
-    fn(std::integral_constant<int, kChunk>{});
-  }
-}
-
-template <int ND, typename U, int CHUNK, bool STREAM>
+// Channels-last with few channels (unfold_cl_write.cuh), positions in pairs
+// where PAIRS.
+template <int ND, typename U, int CHUNK, bool STREAM, bool PAIRS>
 __global__ void __launch_bounds__(kThreads)
 unfold_cl_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
   extern __shared__ __align__(16) unsigned char smem[];
   const TileBlock b = tile_block(t, C, lay);
-  const int32_t K = static_cast<int32_t>(g.kernel_size), C32 = static_cast<int32_t>(C);
-  const int32_t Cg = C32 / static_cast<int32_t>(lay.groups), row = K * C32;
-  const int32_t positions = b.p_end - b.p_begin;
-  constexpr int32_t bytes = sizeof(U);
-  int32_t* element = reinterpret_cast<int32_t*>(smem);  // row entries
-  int32_t* position = element + row;                     // band positions
-  U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
-  for (int32_t r = threadIdx.x; r < row; r += blockDim.x) {
-    const int32_t gi = r / (K * Cg), kk = r / Cg - gi * K, j = r % Cg;
-    element[r] = (t.lead + tap_offset<ND>(g, t, kk) * C32 + gi * Cg + j) * bytes;
-  }
-  for (int32_t p = threadIdx.x; p < positions; p += blockDim.x)
-    position[p] = position_offset<ND>(g, t, static_cast<int32_t>(lay.l0) + b.p_begin + p, b.row0) * C32 * bytes;
-  const U* xb = x + (n0 + b.n) * g.in_size * C;
-  bool filled = false;
-  if constexpr (ND > 1) {
-    if (t.vector > 0) {
-      fill_tile_by_vectors<ND>(tile, xb, 1, b.row0, g, t, C32);
-      filled = true;
-    }
-  }
-  if (!filled) {
-    fill_tile(tile, t.plane * C32, [&](int32_t e) -> const U* {
-      int32_t line, w;
-      t.width.divmod(e, line, w);
-      const int32_t base = line_source<ND>(g, t, line, b.row0);
-      const int32_t wc = t.channels_div.div(w);
-      const int32_t q = base < 0 ? -1 : column_source<ND>(g, wc, b.row0);
-      return q >= 0 ? xb + (static_cast<int64_t>(base) + q) * C + (w - wc * C32) : nullptr;
-    });
-  }
+  stage_cl_block<ND>(smem, x, g, C, n0, lay, t, b);
   __syncthreads();
-  U* dst = cols + (b.n * lay.lc + b.p_begin) * row;
-  const unsigned char* bytes_tile = reinterpret_cast<const unsigned char*>(tile);
-  if (row >= 32) {
-    write_rows_chunked<CHUNK, STREAM>(bytes_tile, element, position, dst, positions, row);
-  } else {
-    write_rows_flat<STREAM>(bytes_tile, element, position, dst, positions, row);
-  }
+  write_cl_block<ND, CHUNK, STREAM, PAIRS>(smem, cols, g, C, lay, t, b);
 }
 
 // Channels-first: a thread sums V consecutive elements of one line (along the
@@ -430,6 +325,14 @@ bool unfold_pairs_on() {
   return on;
 }
 
+// The channels-last tiled unfold writes 2- and 4-byte rows a pair of
+// positions at a time where they allow (write_row_pairs; BENCHMARKS.md, step
+// 82); JAX_IM2COL_NO_CL_PAIRS=1 writes them a position at a time.
+bool cl_pairs_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_PAIRS");
+  return on;
+}
+
 // The channels-last vector unfold of 1-D geometries is bound to 8 blocks a
 // multiprocessor (32 registers, was 40-42): wav2vec 1.1x; in 2-D and 3-D the
 // bound cost 1-8% (BENCHMARKS.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
@@ -530,8 +433,17 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
       unfold_cf_tiled_kernel<ND, U, kBlocks><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
-      with_row_chunk(C * g.kernel_size, [&](auto chunk) {
-        unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM>
+      const int64_t row = C * g.kernel_size;
+      with_row_chunk(row, [&](auto chunk) {
+        constexpr int kChunkSlots = decltype(chunk)::value;
+        if constexpr (sizeof(U) <= 4) {
+          if (cl_pairs_on() && cl_row_pairs_fit(g, lay, t, row, sizeof(U), cols)) {
+            unfold_cl_tiled_kernel<ND, U, kChunkSlots, STREAM, true>
+                <<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+            return;
+          }
+        }
+        unfold_cl_tiled_kernel<ND, U, kChunkSlots, STREAM, false>
             <<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       });
     }
