@@ -320,6 +320,13 @@ DEPTHWISE_CASES = {
                       padding=((1, 1), (1, 0)), rhs_dilation=(1, 1)),
     "3d-rows5": dict(nd=3, c=5, spatial=(4, 19, 13), kernel=(2, 5, 3), strides=(2, 1, 1),
                      padding=((1, 0), (2, 2), (0, 1)), rhs_dilation=(1, 1, 2)),
+    # Strides past the window (no tile): the channels-last per-position
+    # kernel with an odd number of taps, whose displacements nvcc reads two at
+    # a time (memcheck found the read past the last one, direct_conv.cu).
+    "1d-s3-k1": dict(nd=1, c=6, spatial=(40,), kernel=(1,), strides=(3,),
+                     padding=((-1, -1),), rhs_dilation=(2,)),
+    "1d-s4-k3": dict(nd=1, c=4, spatial=(50,), kernel=(3,), strides=(4,),
+                     padding=((1, 1),), rhs_dilation=(1,)),
 }
 
 

@@ -151,10 +151,15 @@ __device__ __forceinline__ const int32_t* stage_weights(const T* w, A* weights, 
   return taps;
 }
 
-// Shared memory of stage_weights.
+// Shared memory of stage_weights. The displacements get room for a whole
+// number of 16-byte reads: nvcc reads two at a time in window_sum's loop
+// remainder before it knows that a second one is left (an 8-byte read past
+// the last of an odd count, which compute-sanitizer's memcheck reported as
+// out of bounds of the block's shared memory).
 template <typename A>
 size_t staged_weights_bytes(const Geometry& g, int64_t C) {
-  return static_cast<size_t>(g.kernel_size * C) * sizeof(A) + static_cast<size_t>(g.kernel_size) * sizeof(int32_t);
+  return static_cast<size_t>(g.kernel_size * C) * sizeof(A) +
+         round16(static_cast<size_t>(g.kernel_size) * sizeof(int32_t));
 }
 
 // The V channels of output position o of a channels-last depthwise conv,
