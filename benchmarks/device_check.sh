@@ -127,13 +127,17 @@ fi
 # SANITIZE_CMD (default: the GPU smoke check), only on this package's kernels
 # (kernel names holding "im2col"). XLA's allocator hands out
 # pieces of one big allocation, so out-of-bounds accesses within it go
-# unseen: the platform allocator gives each buffer its own.
+# unseen: the platform allocator gives each buffer its own. XLA's autotuning
+# is off: with it on, compute-sanitizer itself died (SIGSEGV, no report, no
+# Python fault) partway through tests/test_conv.py; with it off the same tests
+# ran to the end (BENCHMARKS.md, thirtieth session, calls 5-6).
 sanitize_rc=skipped
 if [ -n "${SANITIZE:-}" ]; then
   san_cap=$(min "${SANITIZE_TIMEOUT:-180}" $(($(left) - bench_share - 10)))
   step "compute-sanitizer --tool $SANITIZE (cap ${san_cap}s) -> sanitizer.log"
   # shellcheck disable=SC2086
   (cd / && XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" \
     timeout -k 10 "$san_cap" compute-sanitizer --tool "$SANITIZE" --kernel-name kns=im2col \
     --error-exitcode 86 --print-limit 50 \
     python3 ${SANITIZE_CMD:-$OLDPWD/benchmarks/gpu_smoke.py}) > "$OUT/sanitizer.log" 2>&1
