@@ -172,9 +172,10 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
 }
 
 // Small channels-first maps whose columns leave no gaps: runs of planes
-// written flat, a 16-byte vector a thread a run (unfold_planes.cuh).
-template <int ND, typename U, bool VECTOR_LOADS, bool STREAM>
-__global__ void __launch_bounds__(kPlanesMaxThreads)
+// written flat, a 16-byte vector a thread a run (unfold_planes.cuh); at least
+// MIN_BLOCKS blocks of the most threads a multiprocessor.
+template <int ND, typename U, bool VECTOR_LOADS, bool STREAM, int MIN_BLOCKS = 2>
+__global__ void __launch_bounds__(kPlanesMaxThreads, MIN_BLOCKS)
 unfold_cf_planes_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, PlanesPlan p) {
   extern __shared__ __align__(16) unsigned char smem[];
   U* staged = reinterpret_cast<U*>(smem);
@@ -401,7 +402,11 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // Inputs whose runs are not whole 16-byte vectors (rare) are staged
       // element by element and stored plainly.
       if (!p.vector_loads) return launch(unfold_cf_planes_kernel<ND, U, false, false>);
-      return launch(unfold_cf_planes_kernel<ND, U, true, STREAM>);
+      // 4-byte types at 3 blocks a multiprocessor (40 registers, was 64):
+      // c256 float32 19.5 -> 17.0 us; 2-byte ones slower so (c512 bfloat16
+      // 6.5 -> 7.1 us), and spilling in 3-D (BENCHMARKS.md, step 83).
+      constexpr int kBlocks = sizeof(U) == 4 ? 3 : 2;
+      return launch(unfold_cf_planes_kernel<ND, U, true, STREAM, kBlocks>);
     }
   }
   TilePlan t;
