@@ -396,13 +396,12 @@ LARGE_CASES = [
     pytest.param(Case.make((1203,), (7,), stride=(2,), padding=((3, 3),), c=5), id="1d-cl-pairs"),
     pytest.param(Case.make((6, 10, 20), (3, 3, 3), stride=(1, 1, 2), padding=((1, 1), (1, 1), (1, 1)), n=1, c=2),
                  id="3d-cl-pairs"),
-    # Channels-last vector unfolds of one wave of blocks, every tap loaded
-    # before the first store (columns.cu, kTapsAhead): 6 and 8 taps, padding
-    # on every side.
+    # Channels-last vector unfolds (unfold_cl_kernel, 16-byte runs of
+    # channels) of small maps: 6 and 8 taps, padding on every side.
     pytest.param(Case.make((9, 11), (2, 3), stride=(2, 1), dilation=(1, 2), padding=((1, 0), (2, 1)), c=32),
-                 id="2d-cl-taps-ahead"),
+                 id="2d-cl-small-vector"),
     pytest.param(Case.make((3, 6, 7), (2, 2, 2), padding=((1, 0), (0, 1), (1, 1)), n=1, c=16),
-                 id="3d-cl-taps-ahead"),
+                 id="3d-cl-small-vector"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 

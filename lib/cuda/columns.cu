@@ -76,9 +76,7 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
-// With AHEAD (the window's taps, at most AHEAD of them) a thread loads every
-// tap before its first store.
-template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, int AHEAD = 0>
+template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -96,26 +94,6 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     U* dst = cols + row * C * K + gi * K * Cg + j0;
 #pragma unroll
     for (int d = 0; d < ND; ++d) k[d] = 0;
-    if constexpr (AHEAD > 0) {
-      Pack<U, V> p[AHEAD];
-#pragma unroll
-      for (int kk = 0; kk < AHEAD; ++kk) {
-        if (kk < K) {
-          const int64_t s = source_offset_at<ND>(g, origin, k);
-          if (s >= 0) {
-            p[kk] = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
-          } else {
-#pragma unroll
-            for (int v = 0; v < V; ++v) p[kk].v[v] = U(0);
-          }
-          increment<ND>(k, g.kernel);
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < AHEAD; ++kk)
-        if (kk < K) store_maybe_streaming<STREAM>(reinterpret_cast<Pack<U, V>*>(dst + kk * Cg), p[kk]);
-      continue;
-    }
     for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
       const int64_t s = source_offset_at<ND>(g, origin, k);
       Pack<U, V> p;
@@ -356,15 +334,6 @@ bool cl_pairs_on() {
   return on;
 }
 
-// The channels-last vector unfold of 2-D and 3-D windows of at most
-// kTapsAhead taps loads every tap before its first store where its grid is
-// one wave (BENCHMARKS.md, step 84); JAX_IM2COL_NO_CL_AHEAD=1 does not.
-constexpr int kTapsAhead = 9;
-bool cl_ahead_on() {
-  static const bool on = kernel_on("JAX_IM2COL_NO_CL_AHEAD");
-  return on;
-}
-
 // The channels-last vector unfold of 1-D geometries is bound to 8 blocks a
 // multiprocessor (32 registers, was 40-42): wav2vec 1.1x; in 2-D and 3-D the
 // bound cost 1-8% (BENCHMARKS.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
@@ -500,19 +469,6 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       if constexpr (ND == 1) {
         if (cl_unfold_bound_on()) {
           launch(std::integral_constant<int, 8>{});
-          return cudaGetLastError();
-        }
-      } else {
-        // Grids of one wave (the small maps): their threads wait on their
-        // taps' loads one after another, with no other block to switch to.
-        const auto ahead = unfold_cl_kernel<ND, U, V, STREAM, 1, kTapsAhead>;
-        const unsigned blocks = blocks_for(rows * (C / V));
-        DeviceInfo info;
-        int resident = 0;
-        if (g.kernel_size <= kTapsAhead && cl_ahead_on() && current_device_info(&info) == cudaSuccess &&
-            resident_blocks(reinterpret_cast<const void*>(ahead), kThreads, 0, &resident) == cudaSuccess &&
-            (blocks <= static_cast<int64_t>(info.multiprocessors) * resident || std::getenv("EXP_AHEAD_FORCE"))) {
-          ahead<<<blocks, kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V);
           return cudaGetLastError();
         }
       }
