@@ -13,12 +13,12 @@
 
 namespace im2col::cuda {
 
-// Rows of at least
-// 32 elements are written a chunk of 32 * CHUNK elements at a time: a lane
-// keeps the chunk's element offsets in registers and a warp writes the chunk
-// of one position after another, 3 instructions per element (ncu showed the
-// kernel issue-bound). Shorter rows are written as one flat run, lane i
-// taking element i of every 32, whose (position, element) advance by 32.
+// Rows of at least 32 elements are written a chunk of 32 * CHUNK elements at
+// a time: a lane keeps the chunk's element offsets in registers and a warp
+// writes the chunk of one position after another, 3 instructions per element
+// (ncu showed the kernel issue-bound). Shorter rows are written as one flat
+// run, lane i taking element i of every 32, whose (position, element)
+// advance by 32.
 // With STREAM (the unfold primitive's columns) stores are evict-first
 // (bfloat16 stem 72.5 -> 70.9 us; BENCHMARKS.md, step 74).
 constexpr int32_t kChunk = 8;
