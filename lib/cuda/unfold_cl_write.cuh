@@ -89,8 +89,8 @@ void with_row_chunk(int64_t row, Fn&& fn) {
 // 147). Word w of a pair holds elements 2w and 2w + 1 of that run; a lane
 // keeps the offsets of its chunk's words' two elements and writes each word
 // with two shared reads and one store, half the stores of write_rows_chunked
-// (ncu had the bfloat16 stem's write loop at ~6 instructions an element, a
-// 2-byte read and a 2-byte store each). The pair's second position lies on the
+// (the bfloat16 stem's write loop had ~6 instructions an element in its SASS,
+// a 2-byte read and a 2-byte store each). The pair's second position lies on the
 // same line of the last dimension as its first (cl_row_pairs_fit), so its tile
 // offset is the first's plus `step`, which its elements' offsets include.
 template <typename U>
