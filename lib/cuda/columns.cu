@@ -326,14 +326,6 @@ bool unfold_pairs_on() {
   return on;
 }
 
-// The channels-last tiled unfold writes 2- and 4-byte rows a pair of
-// positions at a time where they allow (write_row_pairs; BENCHMARKS.md, step
-// 82); JAX_IM2COL_NO_CL_PAIRS=1 writes them a position at a time.
-bool cl_pairs_on() {
-  static const bool on = kernel_on("JAX_IM2COL_NO_CL_PAIRS");
-  return on;
-}
-
 // The channels-last vector unfold of 1-D geometries is bound to 8 blocks a
 // multiprocessor (32 registers, was 40-42): wav2vec 1.1x; in 2-D and 3-D the
 // bound cost 1-8% (BENCHMARKS.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
@@ -438,17 +430,8 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
       unfold_cf_tiled_kernel<ND, U, kBlocks><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
-      const int64_t row = C * g.kernel_size;
-      with_row_chunk(row, [&](auto chunk) {
-        constexpr int kChunkSlots = decltype(chunk)::value;
-        if constexpr (sizeof(U) <= 4) {
-          if (cl_pairs_on() && cl_row_pairs_fit(g, lay, t, row, sizeof(U), cols)) {
-            unfold_cl_tiled_kernel<ND, U, kChunkSlots, STREAM, true>
-                <<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-            return;
-          }
-        }
-        unfold_cl_tiled_kernel<ND, U, kChunkSlots, STREAM, false>
+      with_cl_writer<U>(g, lay, t, C, cols, [&](auto chunk, auto pairs) {
+        unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM, decltype(pairs)::value>
             <<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
       });
     }

@@ -109,10 +109,12 @@ __device__ __forceinline__ void write_row_pairs(const unsigned char* tile, const
     int32_t first[CHUNK], second[CHUNK];
 #pragma unroll
     for (int i = 0; i < CHUNK; ++i) {
+      // Element f of the pair's run: the first position's entry f, or the
+      // second's entry f - row.
+      auto offset = [&](int32_t f) { return f < row ? element[f] : element[f - row] + step; };
       const int32_t w = chunk + lane + 32 * i;
-      const int32_t a = 2 * w, b = 2 * w + 1;
-      first[i] = w < row ? (a < row ? element[a] : element[a - row] + step) : -1;
-      second[i] = w < row ? (b < row ? element[b] : element[b - row] + step) : -1;
+      first[i] = w < row ? offset(2 * w) : -1;
+      second[i] = w < row ? offset(2 * w + 1) : -1;
     }
     W* out = reinterpret_cast<W*>(dst) + static_cast<int64_t>(warp) * row + chunk + lane;
     for (int32_t q = warp; q < pairs; q += warps, out += static_cast<int64_t>(warps) * row) {
@@ -140,6 +142,31 @@ inline bool cl_row_pairs_fit(const Geometry& g, const ColumnsLayout& lay, const 
   if (lay.l0 % 2 != 0 || lay.lc % 2 != 0) return false;
   if (g.nd == 1 ? t.band % 2 != 0 : g.out[g.nd - 1] % 2 != 0) return false;
   return aligned_to(cols, 2 * elem_bytes);
+}
+
+// JAX_IM2COL_NO_CL_PAIRS=1 writes every row a position at a time (the
+// same-run comparison of BENCHMARKS.md, step 82).
+inline bool cl_pairs_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_PAIRS");
+  return on;
+}
+
+// Calls fn(chunk, pairs), std::integral_constants: the chunk slots a row of
+// K * C elements needs (with_row_chunk), and whether the rows go in pairs of
+// positions (write_row_pairs).
+template <typename U, typename Fn>
+void with_cl_writer(const Geometry& g, const ColumnsLayout& lay, const TilePlan& t, int64_t C, const void* cols,
+                    Fn&& fn) {
+  const int64_t row = g.kernel_size * C;
+  with_row_chunk(row, [&](auto chunk) {
+    if constexpr (sizeof(U) == 2 || sizeof(U) == 4) {
+      if (cl_pairs_on() && cl_row_pairs_fit(g, lay, t, row, sizeof(U), cols)) {
+        fn(chunk, std::true_type{});
+        return;
+      }
+    }
+    fn(chunk, std::false_type{});
+  });
 }
 
 // The block's shared memory: the row's element offsets (K * C), its

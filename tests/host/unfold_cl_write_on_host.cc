@@ -2,7 +2,8 @@
 // host code: over random 1-D, 2-D and 3-D geometries with few channels
 // (groups too), planned by plan_tile as the unfold plans them (a line vector
 // where the input's lines allow, for half of them), each block's tables and
-// tile staged (stage_cl_block) and its rows written (write_cl_block), every
+// tile staged (stage_cl_block) and its rows written (write_cl_block, by the
+// writer with_cl_writer picks, as the unfold does), every
 // phase by every thread of the block: in pairs of positions
 // (write_row_pairs) where cl_row_pairs_fit accepts the geometry, 2- and
 // 4-byte elements, else chunked (rows of 32 or more) or flat. Half the
@@ -83,8 +84,7 @@ bool one_case(bool fit_pairs) {
     if (!plan_tile(g, lay, C, true, sizeof(U), &t, 0, 0, 0, 0)) return true;
   }
   if (t.vector > 0) ++vector_cases;
-  const bool pairs = sizeof(U) <= 4 && cl_row_pairs_fit(g, lay, t, row, sizeof(U), cols_chunk);
-  // The cols pointer is for the whole chunk: image n's rows start at n * lc.
+  bool pairs = false;  // with_cl_writer's choice (the same for every block)
   std::vector<unsigned char> smem(t.smem + 16);
   blockDim.x = kThreads;
   for (int64_t block = 0; block < tile_blocks(t, nc); ++block) {
@@ -95,21 +95,16 @@ bool one_case(bool fit_pairs) {
       threadIdx.x = th;
       stage_cl_block<ND>(smem.data(), x.data(), g, C, 0, lay, t, b);
     }
+    // The unfold's choice of writer (with_cl_writer), then its write phase.
+    with_cl_writer<U>(g, lay, t, C, cols_chunk, [&](auto chunk, auto in_pairs) {
+      pairs = decltype(in_pairs)::value;
+      for (unsigned th = 0; th < kThreads; ++th) {
+        threadIdx.x = th;
+        write_cl_block<ND, decltype(chunk)::value, false, decltype(in_pairs)::value>(smem.data(), cols_chunk, g, C,
+                                                                                     lay, t, b);
+      }
+    });
     ++written[pairs ? 0 : row >= 32 ? 1 : 2];
-    for (unsigned th = 0; th < kThreads; ++th) {
-      threadIdx.x = th;
-      auto write = [&](auto chunk) {
-        constexpr int kSlots = decltype(chunk)::value;
-        if constexpr (sizeof(U) <= 4) {
-          if (pairs) {
-            write_cl_block<ND, kSlots, false, true>(smem.data(), cols_chunk, g, C, lay, t, b);
-            return;
-          }
-        }
-        write_cl_block<ND, kSlots, false, false>(smem.data(), cols_chunk, g, C, lay, t, b);
-      };
-      with_row_chunk(row, write);
-    }
   }
   const int64_t Cg = C / groups;
   for (size_t at = 0; at < cols.size(); ++at) {
