@@ -111,8 +111,8 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 // Launched with kThreads threads, at least MIN_BLOCKS blocks a
 // multiprocessor (unfold_typed: 6 at 40 registers, where ncu once showed the
 // kernel issue-bound at the 5 that 48 allow; 8 at 32 where that measured
-// faster, BENCHMARKS.md, step 74).
-template <int ND, typename U, int MIN_BLOCKS>
+// faster, BENCHMARKS.md, step 74); STREAM: the write phase's stores streaming.
+template <int ND, typename U, int MIN_BLOCKS, bool STREAM>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
@@ -168,7 +168,7 @@ unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g
       return;
     }
   }
-  write_elements<ND, U>(tile, taps, image, g, t, lay, b, origin);
+  write_elements<ND, U, STREAM>(tile, taps, image, g, t, lay, b, origin);
 }
 
 // Small channels-first maps whose columns leave no gaps: runs of planes
@@ -319,6 +319,14 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
+// The channels-first tiled unfold stores 4-byte columns of the unfold
+// primitive as streaming stores (BENCHMARKS.md, step 86);
+// JAX_IM2COL_NO_CF_STREAMING=1 stores them plainly.
+bool cf_streaming_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CF_STREAMING");
+  return on;
+}
+
 // JAX_IM2COL_NO_UNFOLD_PAIRS=1 writes 2-byte channels-first columns an
 // element at a time everywhere (unfold_write.cuh; BENCHMARKS.md, step 69).
 bool unfold_pairs_on() {
@@ -428,7 +436,18 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // types, and 4-byte ones in 1-D and 3-D; 6 (40 registers) for the rest
       // (BENCHMARKS.md, step 74).
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
-      unfold_cf_tiled_kernel<ND, U, kBlocks><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      // Streaming stores (evict-first) for 4-byte columns that nothing reads
+      // back soon: c3d 438 -> 419 us, c64 73 -> 71 us; 2-byte ones level
+      // (BENCHMARKS.md, step 86).
+      bool streamed = false;
+      if constexpr (STREAM && sizeof(U) == 4) {
+        if (cf_streaming_on()) {
+          unfold_cf_tiled_kernel<ND, U, kBlocks, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+          streamed = true;
+        }
+      }
+      if (!streamed)
+        unfold_cf_tiled_kernel<ND, U, kBlocks, false><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
       with_cl_writer<U>(g, lay, t, C, cols, [&](auto chunk, auto pairs) {
         unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM, decltype(pairs)::value>

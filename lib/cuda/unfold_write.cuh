@@ -30,12 +30,13 @@ namespace im2col::cuda {
 // tap of each of its channels, so a tap offset is read once per POSITIONS
 // words. LANES is a compile-time constant so that the POSITIONS stores of a
 // tap share one address (immediate offsets): ncu showed the kernel
-// issue-bound at 8 instructions per element. taps[] holds byte offsets
+// issue-bound at 8 instructions per element. STREAM: streaming stores
+// (store_streaming: columns nothing reads back soon). taps[] holds byte offsets
 // (pair_tap_offset()s for pairs); image points at the block's first
 // channel's first column row.
 constexpr int kPositions = 8;
 
-template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U>
+template <int LANES, int ND, typename U, int POSITIONS = kPositions, typename W = U, bool STREAM = false>
 __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U* image,
                                            const Geometry& g, const TilePlan& t,
                                            const ColumnsLayout& lay, const TileBlock& b,
@@ -63,9 +64,16 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
       W* dst = reinterpret_cast<W*>(image + ci * g.kernel_size * lay.row_stride) + q0;
       for (int32_t kk = 0; kk < K; ++kk, dst += row_words) {
         const unsigned char* tap = src + taps[kk];
+        if constexpr (STREAM) {
+          for_each_index<POSITIONS>([&](auto J) {
+            constexpr int j = decltype(J)::value;
+            if (pos[j] >= 0) store_streaming<j * LANES * sizeof(W)>(dst, *reinterpret_cast<const W*>(tap + pos[j]));
+          });
+        } else {
 #pragma unroll
-        for (int j = 0; j < POSITIONS; ++j)
-          if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
+          for (int j = 0; j < POSITIONS; ++j)
+            if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
+        }
       }
     }
   }
@@ -75,19 +83,19 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
 // the band (slots past it still issue, predicated off: resnext's 784
 // positions filled 3 of 8); bands of up to two warps' width (7 x 7 maps)
 // take 2 positions a lane.
-template <int ND, typename U>
+template <int ND, typename U, bool STREAM = false>
 __device__ __forceinline__ void write_elements(const U* tile, const int32_t* taps, U* image, const Geometry& g,
                                                const TilePlan& t, const ColumnsLayout& lay, const TileBlock& b,
                                                uint32_t origin) {
   const int32_t positions = b.p_end - b.p_begin;
   if (positions > 4 * kThreads) {
-    write_band<kThreads, ND, U>(tile, taps, image, g, t, lay, b, origin);
+    write_band<kThreads, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b, origin);
   } else if (positions >= kThreads) {
-    write_band<kThreads, ND, U, 4>(tile, taps, image, g, t, lay, b, origin);
+    write_band<kThreads, ND, U, 4, U, STREAM>(tile, taps, image, g, t, lay, b, origin);
   } else if (positions > 64) {
-    write_band<32, ND, U>(tile, taps, image, g, t, lay, b, origin);
+    write_band<32, ND, U, kPositions, U, STREAM>(tile, taps, image, g, t, lay, b, origin);
   } else {
-    write_band<32, ND, U, 2>(tile, taps, image, g, t, lay, b, origin);
+    write_band<32, ND, U, 2, U, STREAM>(tile, taps, image, g, t, lay, b, origin);
   }
 }
 
