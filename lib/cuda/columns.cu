@@ -319,7 +319,7 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
-// The channels-first tiled unfold stores 4-byte columns of the unfold
+// The channels-first tiled unfold stores 2-D 4-byte columns of the unfold
 // primitive as streaming stores (BENCHMARKS.md, step 86);
 // JAX_IM2COL_NO_CF_STREAMING=1 stores them plainly.
 bool cf_streaming_on() {
@@ -436,11 +436,12 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // types, and 4-byte ones in 1-D and 3-D; 6 (40 registers) for the rest
       // (BENCHMARKS.md, step 74).
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
-      // Streaming stores (evict-first) for 4-byte columns that nothing reads
-      // back soon: c3d 438 -> 419 us, c64 73 -> 71 us; 2-byte ones level
+      // Streaming stores (evict-first) for 2-D 4-byte columns that nothing
+      // reads back soon: 1-1.5% in the benchmark's chains; 2-byte ones level,
+      // 3-D 2% slower there (its kernel spills at 32 registers), 1-D level
       // (BENCHMARKS.md, step 86).
       bool streamed = false;
-      if constexpr (STREAM && sizeof(U) == 4) {
+      if constexpr (STREAM && sizeof(U) == 4 && ND == 2) {
         if (cf_streaming_on()) {
           unfold_cf_tiled_kernel<ND, U, kBlocks, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
           streamed = true;
