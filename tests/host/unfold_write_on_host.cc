@@ -1,6 +1,6 @@
 // The channels-first tiled unfold's write phase (lib/cuda/unfold_write.cuh)
 // compiled as host code, an element at a time (write_elements, 2-, 4- and
-// 8-byte elements) and in pairs (write_pairs, 2-byte): over random 1-D, 2-D
+// 8-byte elements; 4-byte ones also as streaming stores) and in pairs (write_pairs, 2-byte): over random 1-D, 2-D
 // and 3-D geometries (for pairs, ones that unfold_pairs_fit accepts: stride 1
 // along the last dimension, even widths, even chunks and row strides),
 // planned by plan_tile as the unfold plans them, each block's tile is filled
@@ -38,7 +38,9 @@ int elements_case(int32_t positions) {
   return positions > 4 * kThreads ? 0 : positions >= kThreads ? 1 : positions > 64 ? 2 : 3;
 }
 
-template <int ND, typename U>
+// STREAM: write_elements with streaming stores (store_streaming's byte
+// offsets), as the unfold primitive's 2-D 4-byte columns are written.
+template <int ND, typename U, bool STREAM = false>
 bool one_case(bool pairs) {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   Geometry g = draw_geometry(ND, ND == 1 ? 400 : ND == 2 ? 72 : 20, pad_hi);
@@ -139,7 +141,7 @@ bool one_case(bool pairs) {
     }
     for (unsigned th = 0; th < kThreads; ++th) {
       threadIdx.x = th;
-      write_elements<ND>(tile.data(), taps.data(), image, g, t, lay, b, origin);
+      write_elements<ND, U, STREAM>(tile.data(), taps.data(), image, g, t, lay, b, origin);
     }
   }
   for (int64_t n = 0; n < nc; ++n)
@@ -178,6 +180,11 @@ int main() {
       run(one_case<3, uint32_t>(false));
       run(one_case<2, uint64_t>(false));
     }
+  }
+  // After the loop above, so that its draws (and the cases they reach) stay as they were.
+  for (int i = 0; i < 200; ++i) {
+    run(one_case<2, uint32_t, true>(false));
+    run(one_case<2, uint32_t>(false));
   }
   std::printf("blocks by write_pairs case: %d %d %d %d %d %d; by write_elements case: %d %d %d %d\n",
               pair_cases[0], pair_cases[1], pair_cases[2], pair_cases[3], pair_cases[4], pair_cases[5],
