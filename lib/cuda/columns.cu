@@ -440,15 +440,12 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // reads back soon: 1-1.5% in the benchmark's chains; 2-byte ones level,
       // 3-D 2% slower there (its kernel spills at 32 registers), 1-D level
       // (BENCHMARKS.md, step 86).
-      bool streamed = false;
-      if constexpr (STREAM && sizeof(U) == 4 && ND == 2) {
-        if (cf_streaming_on()) {
-          unfold_cf_tiled_kernel<ND, U, kBlocks, true><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-          streamed = true;
-        }
-      }
-      if (!streamed)
+      constexpr bool kStream = STREAM && sizeof(U) == 4 && ND == 2;
+      if (kStream && cf_streaming_on()) {
+        unfold_cf_tiled_kernel<ND, U, kBlocks, kStream><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      } else {
         unfold_cf_tiled_kernel<ND, U, kBlocks, false><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
+      }
     } else {
       with_cl_writer<U>(g, lay, t, C, cols, [&](auto chunk, auto pairs) {
         unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM, decltype(pairs)::value>

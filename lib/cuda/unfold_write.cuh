@@ -69,7 +69,7 @@ __device__ __forceinline__ void write_band(const U* tile, const int32_t* taps, U
             constexpr int j = decltype(J)::value;
             if (pos[j] >= 0) store_streaming<j * LANES * sizeof(W)>(dst, *reinterpret_cast<const W*>(tap + pos[j]));
           });
-        } else {
+        } else {  // a plain loop: in the lambda's form the 2-D 2-byte kernel spilled
 #pragma unroll
           for (int j = 0; j < POSITIONS; ++j)
             if (pos[j] >= 0) dst[j * LANES] = *reinterpret_cast<const W*>(tap + pos[j]);
