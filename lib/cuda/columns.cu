@@ -111,11 +111,13 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 // Launched with kThreads threads, at least MIN_BLOCKS blocks a
 // multiprocessor (unfold_typed: 6 at 40 registers, where ncu once showed the
 // kernel issue-bound at the 5 that 48 allow; 8 at 32 where that measured
-// faster, BENCHMARKS.md, step 74); STREAM: the write phase's stores streaming.
+// faster, BENCHMARKS.md, step 74); STREAM: the write phase's stores
+// streaming (write_elements only: 4-byte types, which never take pairs).
 template <int ND, typename U, int MIN_BLOCKS, bool STREAM>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cf_tiled_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                        int64_t C, int64_t n0, ColumnsLayout lay, TilePlan t) {
+  static_assert(!STREAM || sizeof(U) == 4, "streaming stores in write_elements' 4-byte path only");
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* taps = reinterpret_cast<int32_t*>(smem);
   U* tile = reinterpret_cast<U*>(smem + table_bytes(t.table));
