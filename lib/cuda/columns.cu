@@ -421,7 +421,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   // (the 3-D tiles of 16 x 56 x 56 maps grew past 48 KB at 16 bytes).
   auto plan = [&](int32_t line_vector) {
     t = TilePlan();
-    return plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, channels_last ? 0 : nc,
+    return plan_tile(g, lay, C, channels_last, (pairs ? 2 : 1) * sizeof(U), &t, 0, 0, nc,
                      line_vector);
   };
   bool planned = false;

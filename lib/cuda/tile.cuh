@@ -163,7 +163,8 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 // asks for block_extra bytes per block and channel_extra per channel of the
 // block (channels-first). Given the chunk's images nc (the unfold does;
 // the depthwise kernels pass none), a channels-first plan takes fewer
-// channels a block where the grid would be under kTileGridBlocks blocks;
+// channels a block where the grid would be under kTileGridBlocks blocks
+// (a channels-last one, shorter bands: below);
 // where bands have under a block's width of positions, so that the warps
 // split the channels, it takes as many channels a warp and aims at
 // kSplitTileGridBlocks blocks (ncu had 416 blocks of 41 channels of 7 x 7
@@ -235,6 +236,11 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
            (band + 1) / 2 * t->rest >= kThreads)
       band = (band + 1) / 2;
   }
+  // Channels-last, bands halved while the grid is under kTileGridBlocks
+  // blocks (the bfloat16 RGB stem's 736 blocks of 5 rows, under one wave,
+  // left its SMs 18% idle: 44.6 us; 3584 blocks of 1 row 40.6 us;
+  // BENCHMARKS.md, step 89).
+  while (nc > 0 && channels_last && band > 1 && grid(C) < kTileGridBlocks) band = (band + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
   if (nc > 0 && !channels_last) plan_whole_fill(g, t);

@@ -5,6 +5,7 @@
 // limit, its channels-first blocks whose warps split the channels give each
 // warp as many, grids of one channel a block under kTileBandGridBlocks
 // blocks have bands halved as far as a block's width of positions allows,
+// channels-last grids under kTileGridBlocks have bands of one row,
 // and its blocks cover every (image, channel, output position) of the chunk
 // exactly once. Run by tests/test_kernels_on_host.py; prints
 // "N passed, M failed".
@@ -40,7 +41,7 @@ bool one_case() {
   lay.l0 = draw(0, 1) == 0 ? 0 : draw(0, static_cast<int>(g.out_size) - 1);
   lay.lc = draw(1, static_cast<int>(g.out_size - lay.l0));
   TilePlan t;
-  if (!plan_tile(g, lay, C, channels_last, elem, &t, 0, 0, channels_last ? 0 : nc)) return true;
+  if (!plan_tile(g, lay, C, channels_last, elem, &t, 0, 0, nc)) return true;
   if (t.smem > kTileSmemMax || t.channels < 1 || t.channels > C || (channels_last && t.channels != C)) {
     std::printf("FAIL: nd %d, C %lld: smem %zu, channels %d\n", nd, static_cast<long long>(C), t.smem, t.channels);
     return false;
@@ -58,6 +59,12 @@ bool one_case() {
       (t.band + 1) / 2 * t.rest >= kThreads) {
     std::printf("FAIL: nd %d: %lld blocks of bands of %d rows of %d positions\n", nd, static_cast<long long>(blocks),
                 t.band, t.rest);
+    return false;
+  }
+  // Channels-last, a grid under kTileGridBlocks: bands of one row.
+  if (channels_last && nc > 0 && blocks < kTileGridBlocks && t.band > 1) {
+    std::printf("FAIL: nd %d, channels-last: %lld blocks of bands of %d rows\n", nd, static_cast<long long>(blocks),
+                t.band);
     return false;
   }
   const int64_t images = nc > 0 ? nc : 1;
