@@ -25,6 +25,7 @@
 #include "device_util.cuh"
 #include "device_info.h"
 #include "tile.cuh"
+#include "unfold_cl_index.cuh"
 #include "unfold_cl_write.cuh"
 #include "unfold_planes.cuh"
 #include "unfold_write.cuh"
@@ -74,13 +75,6 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
-// The channels-last vector unfold's divisors where its threads and
-// positions fit 31 bits (unfold_cl_kernel's FAST): multiply-shift divisions
-// in place of run-time ones (~25 instructions each, five a thread).
-struct ClUnfoldDivisors {
-  FastDiv units, positions, group_channels, out[kMaxSpatial];
-};
-
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group).
 template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, bool FAST = false>
@@ -90,24 +84,8 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t units_per_row, ClUnfoldDivisors dv = {}) {
   const int64_t K = g.kernel_size, Cg = C / lay.groups;
   for (int64_t t = grid_start(); t < rows * units_per_row; t += grid_step()) {
-    int64_t row, unit, n, l, gi, j0;
     int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
-    if constexpr (FAST) {
-      int32_t row32, unit32, n32, l32, gi32, j32;
-      dv.units.divmod(static_cast<int32_t>(t), row32, unit32);
-      dv.positions.divmod(row32, n32, l32);
-      dv.group_channels.divmod(unit32 * V, gi32, j32);
-      row = row32, unit = unit32, n = n32, l = l32, gi = gi32, j0 = j32;
-      int32_t rest = static_cast<int32_t>(lay.l0) + l32;
-#pragma unroll
-      for (int d = ND - 1; d > 0; --d) dv.out[d].divmod(rest, rest, o[d]);
-      o[0] = rest;
-    } else {
-      divmod(t, units_per_row, row, unit);
-      divmod(row, lay.lc, n, l);
-      divmod(unit * V, Cg, gi, j0);
-      unravel<ND>(lay.l0 + l, g.out, o);
-    }
+    const auto [row, unit, n, l, gi, j0] = cl_unfold_unit<ND, V, FAST>(t, g, lay, units_per_row, Cg, dv, o);
     window_origin<ND>(g, o, origin);
     const U* xn = x + (n0 + n) * g.in_size * C + unit * V;
     U* dst = cols + row * C * K + gi * K * Cg + j0;
@@ -340,16 +318,17 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
-// The channels-first tiled unfold stores 2-D 4-byte columns of the unfold
-// primitive as streaming stores (BENCHMARKS.md, step 86);
-// JAX_IM2COL_NO_CF_STREAMING=1 stores them plainly.
 // JAX_IM2COL_NO_CL_FAST_INDEX=1: the channels-last vector unfold's index
-// math by run-time divisions (unfold_cl_kernel's FAST).
+// math by run-time divisions (unfold_cl_kernel's FAST;
+// BENCHMARKS.md, step 92).
 bool cl_fast_index_on() {
   static const bool on = kernel_on("JAX_IM2COL_NO_CL_FAST_INDEX");
   return on;
 }
 
+// The channels-first tiled unfold stores 2-D 4-byte columns of the unfold
+// primitive as streaming stores (BENCHMARKS.md, step 86);
+// JAX_IM2COL_NO_CF_STREAMING=1 stores them plainly.
 bool cf_streaming_on() {
   static const bool on = kernel_on("JAX_IM2COL_NO_CF_STREAMING");
   return on;
@@ -492,13 +471,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     if (cl_vectors) {
       const bool fast = rows * (C / V) < (int64_t{1} << 31) && lay.l0 + lay.lc < (int64_t{1} << 31) &&
                         cl_fast_index_on();
-      ClUnfoldDivisors dv;
-      if (fast) {
-        dv.units = FastDiv(C / V);
-        dv.positions = FastDiv(lay.lc);
-        dv.group_channels = FastDiv(C / lay.groups);
-        for (int d = 0; d < ND; ++d) dv.out[d] = FastDiv(g.out[d]);
-      }
+      const ClUnfoldDivisors dv = fast ? cl_unfold_divisors(g, lay, C, V) : ClUnfoldDivisors{};
       auto launch = [&](auto min_blocks) {
         constexpr int kMin = decltype(min_blocks)::value;
         const unsigned grid = blocks_for(rows * (C / V));
