@@ -448,11 +448,9 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // 3-D 2% slower there (its kernel spills at 32 registers), 1-D level
       // (BENCHMARKS.md, step 86).
       constexpr bool kStream = STREAM && sizeof(U) == 4 && ND == 2;
-      if (kStream && cf_streaming_on()) {
-        unfold_cf_tiled_kernel<ND, U, kBlocks, kStream><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      } else {
-        unfold_cf_tiled_kernel<ND, U, kBlocks, false><<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
-      }
+      auto kernel = kStream && cf_streaming_on() ? unfold_cf_tiled_kernel<ND, U, kBlocks, kStream>
+                                                 : unfold_cf_tiled_kernel<ND, U, kBlocks, false>;
+      kernel<<<blocks, kThreads, t.smem, stream>>>(x, cols, g, C, n0, lay, t);
     } else {
       with_cl_writer<U>(g, lay, t, C, cols, [&](auto chunk, auto pairs) {
         unfold_cl_tiled_kernel<ND, U, decltype(chunk)::value, STREAM, decltype(pairs)::value>
@@ -469,18 +467,13 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   } else {
     const int64_t rows = nc * lay.lc;
     if (cl_vectors) {
-      const bool fast = rows * (C / V) < (int64_t{1} << 31) && lay.l0 + lay.lc < (int64_t{1} << 31) &&
-                        cl_fast_index_on();
+      // Positions fit 31 bits (the FFI's fits_32_bits); the threads must too.
+      const bool fast = rows * (C / V) < (int64_t{1} << 31) && cl_fast_index_on();
       const ClUnfoldDivisors dv = fast ? cl_unfold_divisors(g, lay, C, V) : ClUnfoldDivisors{};
       auto launch = [&](auto min_blocks) {
         constexpr int kMin = decltype(min_blocks)::value;
-        const unsigned grid = blocks_for(rows * (C / V));
-        if (fast) {
-          unfold_cl_kernel<ND, U, V, STREAM, kMin, true>
-              <<<grid, kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V, dv);
-        } else {
-          unfold_cl_kernel<ND, U, V, STREAM, kMin><<<grid, kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V);
-        }
+        auto kernel = fast ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true> : unfold_cl_kernel<ND, U, V, STREAM, kMin>;
+        kernel<<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V, dv);
       };
       if constexpr (ND == 1) {
         if (cl_unfold_bound_on()) {

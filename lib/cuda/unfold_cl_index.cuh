@@ -15,8 +15,8 @@ struct ClUnfoldUnit {
   int64_t row, unit, n, l, gi, j0;
 };
 
-// Multiply-shift divisors for threads and positions that fit 31 bits (the
-// launch checks): run-time divisions took ~25 instructions each, four or
+// Multiply-shift divisors for threads that fit 31 bits (the launch checks;
+// positions always do: the FFI's fits_32_bits): run-time divisions took ~25 instructions each, four or
 // five a thread, about a quarter of the kernel's time at 9 taps
 // (BENCHMARKS.md, steps 91-92).
 struct ClUnfoldDivisors {
@@ -32,8 +32,7 @@ inline ClUnfoldDivisors cl_unfold_divisors(const Geometry& g, const ColumnsLayou
   return dv;
 }
 
-// FAST: by dv (t and the chunk's positions under 2^31); else by run-time
-// 64-bit divisions.
+// FAST: by dv (t under 2^31); else by run-time 64-bit divisions.
 template <int ND, int V, bool FAST>
 __device__ __forceinline__ ClUnfoldUnit cl_unfold_unit(int64_t t, const Geometry& g, const ColumnsLayout& lay,
                                                        int64_t units_per_row, int64_t Cg,
