@@ -1,8 +1,9 @@
 // The channels-first tiled unfold's write phase (lib/cuda/unfold_write.cuh)
 // compiled as host code, an element at a time (write_elements, 2-, 4- and
-// 8-byte elements; 4-byte ones also as streaming stores) and in pairs (write_pairs, 2-byte): over random 1-D, 2-D
-// and 3-D geometries (for pairs, ones that unfold_pairs_fit accepts: stride 1
-// along the last dimension, even widths, even chunks and row strides),
+// 8-byte elements; 4-byte ones also as streaming stores) and in pairs
+// (write_pairs, 2-byte): over random 1-D, 2-D and 3-D geometries (for
+// pairs, ones that unfold_pairs_fit accepts: stride 1 along the last
+// dimension, even widths, even chunks and row strides),
 // planned by plan_tile as the unfold plans them, each block's tile is filled
 // element-wise (fill_channels_first) or, for half the geometries without lhs
 // dilation, a vector at a time (fill_tile_by_vectors, its lines' lead in
