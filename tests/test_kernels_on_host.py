@@ -34,7 +34,8 @@ def _cuda_include() -> pathlib.Path | None:
 @pytest.mark.parametrize("source", ["fold_vector_on_host.cc", "fold_staged_on_host.cc", "fold_cl_taps_on_host.cc",
                                     "depthwise_rows_on_host.cc", "transpose_on_host.cc", "tile_plan_on_host.cc",
                                     "tile_fill_on_host.cc", "unfold_write_on_host.cc", "unfold_cl_write_on_host.cc",
-                                    "unfold_planes_on_host.cc", "unfold_cl_index_on_host.cc", "cpu_unfold_on_host.cc"])
+                                    "unfold_planes_on_host.cc", "unfold_cl_index_on_host.cc", "unfold_cl_taps_on_host.cc",
+                                    "cpu_unfold_on_host.cc"])
 def test_cuda_kernel_on_host(source, tmp_path):
   cxx, include = shutil.which("g++") or shutil.which("c++"), _cuda_include()
   if cxx is None or include is None:

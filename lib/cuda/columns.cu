@@ -26,6 +26,7 @@
 #include "device_info.h"
 #include "tile.cuh"
 #include "unfold_cl_index.cuh"
+#include "unfold_cl_taps.cuh"
 #include "unfold_cl_write.cuh"
 #include "unfold_planes.cuh"
 #include "unfold_write.cuh"
@@ -76,8 +77,10 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 }
 
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
-// every kernel tap into row (n, l), at (group, tap, channel-in-group).
-template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, bool FAST = false>
+// every kernel tap into row (n, l), at (group, tap, channel-in-group);
+// BATCH > 0 (16-byte vectors, no lhs dilation): by copy_cl_taps, that many
+// taps' loads at a time.
+template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, bool FAST = false, int BATCH = 0>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -89,18 +92,24 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     window_origin<ND>(g, o, origin);
     const U* xn = x + (n0 + n) * g.in_size * C + unit * V;
     U* dst = cols + row * C * K + gi * K * Cg + j0;
+    if constexpr (BATCH > 0) {
+      static_assert(V * sizeof(U) == sizeof(uint4), "16-byte vectors");
+      copy_cl_taps<ND, BATCH, STREAM>(reinterpret_cast<const uint4*>(xn), reinterpret_cast<uint4*>(dst), g, origin,
+                                      C / V, Cg / V);
+    } else {
 #pragma unroll
-    for (int d = 0; d < ND; ++d) k[d] = 0;
-    for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
-      const int64_t s = source_offset_at<ND>(g, origin, k);
-      Pack<U, V> p;
-      if (s >= 0) {
-        p = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
-      } else {
+      for (int d = 0; d < ND; ++d) k[d] = 0;
+      for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
+        const int64_t s = source_offset_at<ND>(g, origin, k);
+        Pack<U, V> p;
+        if (s >= 0) {
+          p = *reinterpret_cast<const Pack<U, V>*>(xn + s * C);
+        } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) p.v[v] = U(0);
+          for (int v = 0; v < V; ++v) p.v[v] = U(0);
+        }
+        store_maybe_streaming<STREAM>(reinterpret_cast<Pack<U, V>*>(dst), p);
       }
-      store_maybe_streaming<STREAM>(reinterpret_cast<Pack<U, V>*>(dst), p);
     }
   }
 }
@@ -318,6 +327,14 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
   }
 }
 
+// JAX_IM2COL_NO_CL_PLAIN_TAPS=1: the channels-last vector unfold's taps by
+// the general loop (source_offset_at a tap) where copy_cl_taps would take
+// them (BENCHMARKS.md, step 94).
+bool cl_plain_taps_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_PLAIN_TAPS");
+  return on;
+}
+
 // JAX_IM2COL_NO_CL_FAST_INDEX=1: the channels-last vector unfold's index
 // math by run-time divisions (unfold_cl_kernel's FAST;
 // BENCHMARKS.md, step 92).
@@ -470,9 +487,12 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // Positions fit 31 bits (the FFI's fits_32_bits); the threads must too.
       const bool fast = rows * (C / V) < (int64_t{1} << 31) && cl_fast_index_on();
       const ClUnfoldDivisors dv = fast ? cl_unfold_divisors(g, lay, C, V) : ClUnfoldDivisors{};
+      const bool plain = fast && !g.any_lhs_dilation && cl_plain_taps_on();
       auto launch = [&](auto min_blocks) {
         constexpr int kMin = decltype(min_blocks)::value;
-        auto kernel = fast ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true> : unfold_cl_kernel<ND, U, V, STREAM, kMin>;
+        auto kernel = plain  ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true, kClTapBatch<ND>>
+                      : fast ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true>
+                             : unfold_cl_kernel<ND, U, V, STREAM, kMin>;
         kernel<<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V, dv);
       };
       if constexpr (ND == 1) {
