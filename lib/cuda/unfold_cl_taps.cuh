@@ -17,9 +17,10 @@
 
 namespace im2col::cuda {
 
-// 2-D and 3-D: 3 taps a batch (2-D / 3-D rows 1-7% faster than one, and
-// than 2); 1-D kernels are bound to 32 registers (8 blocks a
-// multiprocessor, step 75), where batches spilled: one.
+// 2-D and 3-D: 3 taps a batch (the suite's 2-D / 3-D rows up to 7% faster
+// than one or two, but c512 f32, 0.6% slower than one); 1-D kernels are
+// bound to 32 registers (8 blocks a multiprocessor, step 75), where batches
+// spilled: one.
 template <int ND>
 inline constexpr int kClTapBatch = ND > 1 ? 3 : 1;
 
