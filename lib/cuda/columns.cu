@@ -87,7 +87,7 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t units_per_row, ClUnfoldDivisors dv = {}) {
   const int64_t K = g.kernel_size, Cg = C / lay.groups;
   for (int64_t t = grid_start(); t < rows * units_per_row; t += grid_step()) {
-    int32_t o[kMaxSpatial], origin[kMaxSpatial], k[kMaxSpatial];
+    int32_t o[kMaxSpatial], origin[kMaxSpatial];
     const auto [row, unit, n, l, gi, j0] = cl_unfold_unit<ND, V, FAST>(t, g, lay, units_per_row, Cg, dv, o);
     window_origin<ND>(g, o, origin);
     const U* xn = x + (n0 + n) * g.in_size * C + unit * V;
@@ -97,8 +97,7 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
       copy_cl_taps<ND, BATCH, STREAM>(reinterpret_cast<const uint4*>(xn), reinterpret_cast<uint4*>(dst), g, origin,
                                       C / V, Cg / V);
     } else {
-#pragma unroll
-      for (int d = 0; d < ND; ++d) k[d] = 0;
+      int32_t k[kMaxSpatial] = {};
       for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
         const int64_t s = source_offset_at<ND>(g, origin, k);
         Pack<U, V> p;
@@ -487,6 +486,8 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       // Positions fit 31 bits (the FFI's fits_32_bits); the threads must too.
       const bool fast = rows * (C / V) < (int64_t{1} << 31) && cl_fast_index_on();
       const ClUnfoldDivisors dv = fast ? cl_unfold_divisors(g, lay, C, V) : ClUnfoldDivisors{};
+      // Only with FAST, which halves the kernels compiled: grids over 2^31
+      // threads (columns over 32 GB) keep the general loop.
       const bool plain = fast && !g.any_lhs_dilation && cl_plain_taps_on();
       auto launch = [&](auto min_blocks) {
         constexpr int kMin = decltype(min_blocks)::value;
