@@ -402,6 +402,11 @@ LARGE_CASES = [
                  id="2d-cl-small-vector"),
     pytest.param(Case.make((3, 6, 7), (2, 2, 2), padding=((1, 0), (0, 1), (1, 1)), n=1, c=16),
                  id="3d-cl-small-vector"),
+    # The channels-first vector unfold (unfold_cf_vectors.cuh) with the last
+    # dimension cropped on one side, padded on the other and dilated: vectors
+    # shifted by every amount, some wholly outside the line.
+    pytest.param(Case.make((12, 40), (3, 3), dilation=(1, 3), padding=((1, 1), (-2, 8)), c=3),
+                 id="2d-cf-vectors-crop"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 

@@ -28,6 +28,7 @@
 #include "unfold_cl_index.cuh"
 #include "unfold_cl_taps.cuh"
 #include "unfold_cl_write.cuh"
+#include "unfold_cf_vectors.cuh"
 #include "unfold_planes.cuh"
 #include "unfold_write.cuh"
 
@@ -76,11 +77,41 @@ unfold_cf_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
   }
 }
 
+// Channels-first on 16-byte vectors of positions (unfold_cf_vectors.cuh):
+// thread t the vector t % vectors of row (n, c) = t / vectors; positions
+// and threads fit 31 bits.
+struct CfVectorDivisors {
+  FastDiv vectors, channels;
+  FastDiv out[kMaxSpatial];
+};
+
+template <int ND, typename U, bool STREAM>
+__global__ void __launch_bounds__(kThreads)
+unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, int64_t n0,
+                        ColumnsLayout lay, int64_t threads, CfVectorDivisors dv) {
+  constexpr int V = 16 / sizeof(U);
+  for (int64_t t = grid_start(); t < threads; t += grid_step()) {
+    int32_t row, vec, n, c, l;
+    dv.vectors.divmod(static_cast<int32_t>(t), row, vec);
+    dv.channels.divmod(row, n, c);
+    int32_t o[kMaxSpatial], origin[kMaxSpatial];
+    l = static_cast<int32_t>(lay.l0) + vec * V;
+#pragma unroll
+    for (int d = ND - 1; d > 0; --d) dv.out[d].divmod(l, l, o[d]);
+    o[0] = l;
+    window_origin<ND>(g, o, origin);
+    const uint4* xc = reinterpret_cast<const uint4*>(x + ((n0 + n) * C + c) * g.in_size);
+    uint4* dst = reinterpret_cast<uint4*>(cols + n * lay.image_stride + c * g.kernel_size * lay.row_stride +
+                                          static_cast<int64_t>(vec) * V);
+    copy_cf_taps<ND, kCfTapBatch, STREAM, V>(xc, dst, g, origin, lay.row_stride / V);
+  }
+}
+
 // Channels-last: a thread takes V channels of one (n, l) and copies them for
 // every kernel tap into row (n, l), at (group, tap, channel-in-group);
-// BATCH > 0 (16-byte vectors, no lhs dilation): by copy_cl_taps, that many
-// taps' loads at a time.
-template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, bool FAST = false, int BATCH = 0>
+// BATCH > 0 (16-byte vectors, no lhs dilation): by copy_cl_taps, BATCH taps
+// of LINES lines' loads at a time.
+template <int ND, typename U, int V, bool STREAM, int MIN_BLOCKS = 1, bool FAST = false, int BATCH = 0, int LINES = 1>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
                  int64_t C, int64_t n0, ColumnsLayout lay, int64_t rows,
@@ -94,8 +125,8 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
     U* dst = cols + row * C * K + gi * K * Cg + j0;
     if constexpr (BATCH > 0) {
       static_assert(V * sizeof(U) == sizeof(uint4), "16-byte vectors");
-      copy_cl_taps<ND, BATCH, STREAM>(reinterpret_cast<const uint4*>(xn), reinterpret_cast<uint4*>(dst), g, origin,
-                                      C / V, Cg / V);
+      copy_cl_taps<ND, BATCH, STREAM, uint4, LINES>(reinterpret_cast<const uint4*>(xn), reinterpret_cast<uint4*>(dst),
+                                                    g, origin, C / V, Cg / V);
     } else {
       int32_t k[kMaxSpatial] = {};
       for (int64_t kk = 0; kk < K; ++kk, dst += Cg, increment<ND>(k, g.kernel)) {
@@ -334,6 +365,21 @@ bool cl_plain_taps_on() {
   return on;
 }
 
+// JAX_IM2COL_NO_CF_VECTORS=1 leaves the channels-first columns that the
+// vector unfold could write to the planes and tiled unfolds (BENCHMARKS.md,
+// step 96).
+bool cf_vectors_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CF_VECTORS");
+  return on;
+}
+
+// JAX_IM2COL_NO_CL_TAP_LINES=1: copy_cl_taps a line of taps at a time
+// (LINES 1, no bound on registers; BENCHMARKS.md, step 95).
+bool cl_tap_lines_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_TAP_LINES");
+  return on;
+}
+
 // JAX_IM2COL_NO_CL_FAST_INDEX=1: the channels-last vector unfold's index
 // math by run-time divisions (unfold_cl_kernel's FAST;
 // BENCHMARKS.md, step 92).
@@ -404,6 +450,18 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
+  if (!channels_last && cf_vectors_on() && cf_vector_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols)) {
+    const int64_t threads = nc * C * (lay.lc / V);
+    if (threads < (int64_t{1} << 31)) {
+      CfVectorDivisors dv;
+      dv.vectors = FastDiv(lay.lc / V);
+      dv.channels = FastDiv(C);
+      for (int d = 1; d < ND; ++d) dv.out[d] = FastDiv(g.out[d]);
+      unfold_cf_vector_kernel<ND, U, STREAM><<<blocks_for(threads), kThreads, 0, stream>>>(x, cols, g, C, n0, lay,
+                                                                                         threads, dv);
+      return cudaGetLastError();
+    }
+  }
   if (!channels_last && planes_unfold_on()) {
     const U* x_chunk = x + n0 * C * g.in_size;
     PlanesPlan p;
@@ -494,6 +552,10 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
         auto kernel = plain  ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true, kClTapBatch<ND>>
                       : fast ? unfold_cl_kernel<ND, U, V, STREAM, kMin, true>
                              : unfold_cl_kernel<ND, U, V, STREAM, kMin>;
+        if constexpr (kClTapLines<ND> > 1) {
+          if (plain && cl_tap_lines_on())
+            kernel = unfold_cl_kernel<ND, U, V, STREAM, kClTapBlocks<ND>, true, kClTapBatch<ND>, kClTapLines<ND>>;
+        }
         kernel<<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows, C / V, dv);
       };
       if constexpr (ND == 1) {

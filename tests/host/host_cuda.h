@@ -34,3 +34,6 @@ using std::min;
 inline void __syncthreads() {}
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return static_cast<unsigned>(((uint64_t{hi} << 32) | lo) >> (shift & 31));
+}

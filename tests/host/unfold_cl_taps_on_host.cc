@@ -2,7 +2,8 @@
 // compiled as host code: over random 1-D to 3-D geometries without lhs
 // dilation (windows up to 8 taps along the last dimension, so that batches
 // and their remainders both run), vector counts and output positions (the
-// first and last included), each batch size must write, at tap k of the
+// first and last included), each batch size, one line at a time or several
+// (LINES, their remainder lines included), must write, at tap k of the
 // window (k * cg_vectors apart), the thread's vector of the input position
 // that tap reads, zeros on padding, and nothing else. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
@@ -27,7 +28,7 @@ uint4 element(int64_t position, int64_t vector) {
 
 bool same(const uint4& a, const uint4& b) { return a.x == b.x && a.y == b.y && a.z == b.z && a.w == b.w; }
 
-template <int ND, int BATCH>
+template <int ND, int BATCH, int LINES>
 bool check(const Geometry& g, const std::vector<uint4>& x, int64_t c_vectors, int64_t cg_vectors, int64_t l,
            int64_t j) {
   int32_t o[kMaxSpatial], origin[kMaxSpatial];
@@ -39,7 +40,7 @@ bool check(const Geometry& g, const std::vector<uint4>& x, int64_t c_vectors, in
   window_origin<ND>(g, o, origin);
   const int64_t K = g.kernel_size;
   std::vector<uint4> dst(K * cg_vectors + cg_vectors, make_uint4(kUnwritten, kUnwritten, kUnwritten, kUnwritten));
-  copy_cl_taps<ND, BATCH, false>(x.data() + j, dst.data(), g, origin, c_vectors, cg_vectors);
+  copy_cl_taps<ND, BATCH, false, uint4, LINES>(x.data() + j, dst.data(), g, origin, c_vectors, cg_vectors);
   bool ok = true;
   for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i) {
     uint4 want = make_uint4(kUnwritten, kUnwritten, kUnwritten, kUnwritten);
@@ -50,15 +51,15 @@ bool check(const Geometry& g, const std::vector<uint4>& x, int64_t c_vectors, in
     ok = ok && same(dst[i], want);
   }
   if (!ok)
-    std::printf("FAIL: nd %d, batch %d, kernel (%lld %lld %lld), in (%lld %lld %lld), l %lld, vectors %lld / %lld\n",
-                ND, BATCH, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
+    std::printf("FAIL: nd %d, batch %d, lines %d, kernel (%lld %lld %lld), in (%lld %lld %lld), l %lld, vectors %lld / %lld\n",
+                ND, BATCH, LINES, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
                 static_cast<long long>(g.kernel[2]), static_cast<long long>(g.in[0]),
                 static_cast<long long>(g.in[1]), static_cast<long long>(g.in[2]), static_cast<long long>(l),
                 static_cast<long long>(c_vectors), static_cast<long long>(cg_vectors));
   return ok;
 }
 
-template <int ND, int BATCH>
+template <int ND, int BATCH, int LINES = 1>
 bool one_case() {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   Geometry g = draw_geometry(ND, ND == 1 ? 40 : ND == 2 ? 16 : 8, pad_hi);
@@ -72,7 +73,7 @@ bool one_case() {
   bool ok = true;
   for (int i = 0; i < 12; ++i) {
     const int64_t l = i == 0 ? 0 : i == 1 ? g.out_size - 1 : draw(0, static_cast<int>(g.out_size - 1));
-    ok = check<ND, BATCH>(g, x, c_vectors, cg_vectors, l, draw(0, static_cast<int>(c_vectors - 1))) && ok;
+    ok = check<ND, BATCH, LINES>(g, x, c_vectors, cg_vectors, l, draw(0, static_cast<int>(c_vectors - 1))) && ok;
   }
   return ok;
 }
@@ -89,6 +90,10 @@ int main() {
     run(one_case<2, 3>());
     run(one_case<3, 1>());
     run(one_case<3, 3>());
+    run(one_case<2, 2, 2>());
+    run(one_case<2, 3, 3>());
+    run(one_case<3, 3, 2>());
+    run(one_case<3, 3, 3>());
   }
   return run.report();
 }

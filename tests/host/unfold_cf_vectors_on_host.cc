@@ -1,0 +1,95 @@
+// The channels-first vector unfold's tap copy (lib/cuda/unfold_cf_vectors.cuh)
+// compiled as host code: over random 1-D to 3-D geometries with stride 1
+// along the last dimension and lines of whole 16-byte vectors (2-, 4- and
+// 8-byte elements; windows up to 8 taps along the last dimension, padding
+// and dilation drawn, so that every shift of a vector and both batches and
+// their remainders run), a thread's vector of V positions must write, in row
+// k of the columns (k * row_vectors apart), the elements that tap k reads
+// for those positions, zeros on padding, and nothing else. Run by
+// tests/test_kernels_on_host.py; prints "N passed, M failed".
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "host_cuda.h"
+#include "host_reference.h"
+#include "cuda/unfold_cf_vectors.cuh"
+
+using namespace im2col;
+using namespace im2col::cuda;
+
+namespace {
+
+constexpr unsigned char kUnwritten = 0xa5;
+
+template <typename T, int ND, int BATCH>
+bool one_case() {
+  constexpr int V = 16 / sizeof(T);
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  Geometry g = draw_geometry(ND, ND == 1 ? 40 : ND == 2 ? 12 : 6, pad_hi);
+  const int last = ND - 1;
+  g.stride[last] = 1;
+  if (draw(0, 1)) g.kernel[last] = draw(1, 8);
+  g.in[last] = V * draw(1, 5);
+  finish_geometry(g, pad_hi);
+  if (g.out[last] > 0 && g.out[last] % V != 0) {
+    pad_hi[last] += V - g.out[last] % V;
+    finish_geometry(g, pad_hi);
+  }
+  if (g.out_size <= 0 || g.out[last] % V != 0) return true;
+  std::vector<uint4> xv((g.in_size * sizeof(T) + 15) / 16);
+  T* x = reinterpret_cast<T*>(xv.data());
+  for (int64_t p = 0; p < g.in_size; ++p) x[p] = static_cast<T>(p + 1);
+  const int64_t K = g.kernel_size, row_vectors = draw(1, 3);
+  bool ok = true;
+  for (int i = 0; i < 10 && ok; ++i) {
+    const int64_t vectors = g.out_size / V;
+    const int64_t l = V * (i == 0 ? 0 : i == 1 ? vectors - 1 : draw(0, static_cast<int>(vectors - 1)));
+    int32_t o[kMaxSpatial], origin[kMaxSpatial];
+    unravel<ND>(l, g.out, o);
+    window_origin<ND>(g, o, origin);
+    std::vector<uint4> dst(K * row_vectors + 1);
+    std::memset(dst.data(), kUnwritten, dst.size() * sizeof(uint4));
+    copy_cf_taps<ND, BATCH, false, V>(xv.data(), dst.data(), g, origin, row_vectors);
+    for (int64_t r = 0; r < static_cast<int64_t>(dst.size()); ++r) {
+      const T* got = reinterpret_cast<const T*>(&dst[r]);
+      for (int e = 0; e < V; ++e) {
+        T want;
+        if (r % row_vectors == 0 && r / row_vectors < K) {
+          const int64_t s = source(g, l + e, r / row_vectors);
+          want = s >= 0 ? x[s] : T(0);
+        } else {
+          std::memset(&want, kUnwritten, sizeof(T));
+        }
+        ok = ok && got[e] == want;
+      }
+    }
+    if (!ok)
+      std::printf("FAIL: %zu-byte, nd %d, batch %d, kernel (%lld %lld %lld), in (%lld %lld %lld), pad_lo %lld, "
+                  "dilation %lld, l %lld\n",
+                  sizeof(T), ND, BATCH, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
+                  static_cast<long long>(g.kernel[2]), static_cast<long long>(g.in[0]),
+                  static_cast<long long>(g.in[1]), static_cast<long long>(g.in[2]),
+                  static_cast<long long>(g.pad_lo[last]), static_cast<long long>(g.rhs_dilation[last]),
+                  static_cast<long long>(l));
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  Tally run;
+  for (int i = 0; i < 200; ++i) {
+    run(one_case<uint16_t, 1, 1>());
+    run(one_case<uint16_t, 2, 3>());
+    run(one_case<uint16_t, 3, 3>());
+    run(one_case<uint32_t, 1, 3>());
+    run(one_case<uint32_t, 2, 2>());
+    run(one_case<uint32_t, 3, 3>());
+    run(one_case<uint64_t, 2, 3>());
+    run(one_case<uint64_t, 3, 1>());
+  }
+  return run.report();
+}
