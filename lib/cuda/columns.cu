@@ -86,7 +86,7 @@ struct CfVectorDivisors {
 };
 
 template <int ND, typename U, bool STREAM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kCfTapBlocks<ND>)
 unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, int64_t n0,
                         ColumnsLayout lay, int64_t threads, CfVectorDivisors dv) {
   constexpr int V = 16 / sizeof(U);
@@ -103,7 +103,7 @@ unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
     const uint4* xc = reinterpret_cast<const uint4*>(x + ((n0 + n) * C + c) * g.in_size);
     uint4* dst = reinterpret_cast<uint4*>(cols + n * lay.image_stride + c * g.kernel_size * lay.row_stride +
                                           static_cast<int64_t>(vec) * V);
-    copy_cf_taps<ND, kCfTapBatch, STREAM, V>(xc, dst, g, origin, lay.row_stride / V);
+    copy_cf_taps<ND, kCfTapBatch, STREAM, V, kCfTapLines<ND>>(xc, dst, g, origin, lay.row_stride / V);
   }
 }
 

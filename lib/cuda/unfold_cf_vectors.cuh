@@ -9,8 +9,11 @@
 // s mod V elements, the same for every thread of a warp since o is a
 // multiple of V. Vectors outside the line are zeros, so padding needs no
 // per-element check. No shared memory, no barrier: the channels-first tiled
-// unfold's fill and write phases each wait on their own latency
-// (BENCHMARKS.md, step 96).
+// unfold's fill and write phases each wait on their own latency (ncu: 38%
+// of its stalls on shared reads, 34% on the fill's loads). The suite's
+// float32 rows 7-11% faster than tiled, bfloat16 2-11% (BENCHMARKS.md,
+// step 96). At stride 2 (three vectors a tap, every other element) it was
+// 5-20% slower than the tiled unfold, so stride 2 stays there.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +23,15 @@
 
 namespace im2col::cuda {
 
-// Taps loaded before their stores: BATCH along the last dimension.
+// Taps loaded before their stores: 3 along the last dimension, of 3 lines
+// in 3-D at 2 blocks a multiprocessor (c3d 2% faster than one line); in 2-D
+// one line, unbound (2 or 3 lines, at 2 blocks, were 4-10% slower on the
+// suite's rows; BENCHMARKS.md, step 96).
 constexpr int kCfTapBatch = 3;
+template <int ND>
+inline constexpr int kCfTapLines = ND == 3 ? 3 : 1;
+template <int ND>
+inline constexpr int kCfTapBlocks = ND == 3 ? 2 : 1;
 
 // Whether the vector unfold can write these columns (see the top).
 inline bool cf_vector_unfold_fits(const Geometry& g, const ColumnsLayout& lay, size_t elem_bytes, const void* x,
@@ -45,19 +55,48 @@ __device__ __forceinline__ uint4 vector_at(const uint4& lo, const uint4& hi, int
   }
 }
 
+// One tap's elements for the V positions: vectors lo and hi of the line at
+// src (zeros outside the line, or where the line is outside the input), the
+// first element r into lo.
+struct CfTap {
+  uint4 lo, hi;
+  int32_t r;
+};
+
+template <int V>
+__device__ __forceinline__ CfTap load_cf_tap(const uint4* src, bool inside, int32_t line_vectors, int32_t at) {
+  auto load = [&](int32_t q) {
+    return inside && static_cast<uint32_t>(q) < static_cast<uint32_t>(line_vectors) ? __ldg(src + q)
+                                                                                    : make_uint4(0, 0, 0, 0);
+  };
+  CfTap t;
+  const int32_t q = at >= 0 ? at / V : -((V - 1 - at) / V);  // floor
+  t.r = at - q * V;
+  t.lo = load(q);
+  t.hi = t.r != 0 ? load(q + 1) : make_uint4(0, 0, 0, 0);
+  return t;
+}
+
+template <int V>
+__device__ __forceinline__ uint4 cf_tap_vector(const CfTap& t) {
+  return vector_at(t.lo, t.hi, t.r * (16 / V));
+}
+
 // Copies the V positions whose window starts at `origin` (the first
 // position's; x_plane: the (n, c) input plane as vectors) at each tap, to
-// dst (the first tap's row), rows row_vectors apart.
-template <int ND, int BATCH, bool STREAM, int V>
+// dst (the first tap's row), rows row_vectors apart: BATCH taps of LINES
+// lines at a time load before their stores.
+template <int ND, int BATCH, bool STREAM, int V, int LINES = 1>
 __device__ __forceinline__ void copy_cf_taps(const uint4* x_plane, uint4* dst, const Geometry& g,
                                              const int32_t* origin, int64_t row_vectors) {
-  constexpr int32_t kBytes = 16 / V;
   const int32_t KW = static_cast<int32_t>(g.kernel[ND - 1]), dW = static_cast<int32_t>(g.rhs_dilation[ND - 1]);
   const int32_t line_vectors = static_cast<int32_t>(g.in[ND - 1]) / V;
   const int32_t lines = static_cast<int32_t>(g.kernel_size) / KW;
   int32_t k[kMaxSpatial] = {};
-  for (int32_t line = 0; line < lines; ++line, increment<ND - 1>(k, g.kernel)) {
-    bool inside = true;
+  // The input line of the window's line at k (formed for every line, read
+  // only where inside), and whether it is inside the input.
+  auto line_at = [&](bool& inside) {
+    inside = true;
     int32_t pos = 0;
 #pragma unroll
     for (int d = 0; d < ND - 1; ++d) {
@@ -65,34 +104,63 @@ __device__ __forceinline__ void copy_cf_taps(const uint4* x_plane, uint4* dst, c
       inside = inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
       pos = pos * static_cast<int32_t>(g.in[d]) + c;
     }
-    // Formed for every line, read only where inside.
-    const uint4* src = x_plane + static_cast<int64_t>(pos) * line_vectors;
-    int32_t s = origin[ND - 1];
-    auto load = [&](int32_t q) { return inside && static_cast<uint32_t>(q) < static_cast<uint32_t>(line_vectors)
-                                            ? __ldg(src + q) : make_uint4(0, 0, 0, 0); };
-    auto tap = [&](int32_t at, uint4& lo, uint4& hi, int32_t& bytes) {
-      const int32_t q = at >= 0 ? at / V : -((V - 1 - at) / V);  // floor
-      bytes = (at - q * V) * kBytes;
-      lo = load(q);
-      hi = bytes != 0 ? load(q + 1) : make_uint4(0, 0, 0, 0);
-    };
-    int32_t kw = 0;
+    return x_plane + static_cast<int64_t>(pos) * line_vectors;
+  };
+  int32_t line = 0;
+  if constexpr (LINES > 1) {
+#pragma unroll 1
+    for (; line + LINES <= lines; line += LINES, dst += LINES * KW * row_vectors) {
+      bool inside[LINES];
+      const uint4* src[LINES];
+#pragma unroll
+      for (int j = 0; j < LINES; ++j) {
+        src[j] = line_at(inside[j]);
+        increment<ND - 1>(k, g.kernel);
+      }
+      int32_t kw = 0, s = origin[ND - 1];
+      uint4* out = dst;
+#pragma unroll 1
+      for (; kw + BATCH <= KW; kw += BATCH, s += BATCH * dW, out += BATCH * row_vectors) {
+        CfTap t[LINES][BATCH];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) t[j][b] = load_cf_tap<V>(src[j], inside[j], line_vectors, s + b * dW);
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b)
+            store_maybe_streaming<STREAM>(out + (j * KW + b) * row_vectors,
+                                          cf_tap_vector<V>(t[j][b]));
+      }
+#pragma unroll 1
+      for (; kw < KW; ++kw, s += dW, out += row_vectors) {
+        CfTap t[LINES];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j) t[j] = load_cf_tap<V>(src[j], inside[j], line_vectors, s);
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+          store_maybe_streaming<STREAM>(out + j * KW * row_vectors, cf_tap_vector<V>(t[j]));
+      }
+    }
+  }
+  for (; line < lines; ++line, increment<ND - 1>(k, g.kernel)) {
+    bool inside;
+    const uint4* src = line_at(inside);
+    int32_t kw = 0, s = origin[ND - 1];
 #pragma unroll 1
     for (; kw + BATCH <= KW; kw += BATCH, s += BATCH * dW, dst += BATCH * row_vectors) {
-      uint4 lo[BATCH], hi[BATCH];
-      int32_t bytes[BATCH];
+      CfTap t[BATCH];
 #pragma unroll
-      for (int b = 0; b < BATCH; ++b) tap(s + b * dW, lo[b], hi[b], bytes[b]);
+      for (int b = 0; b < BATCH; ++b) t[b] = load_cf_tap<V>(src, inside, line_vectors, s + b * dW);
 #pragma unroll
       for (int b = 0; b < BATCH; ++b)
-        store_maybe_streaming<STREAM>(dst + b * row_vectors, vector_at(lo[b], hi[b], bytes[b]));
+        store_maybe_streaming<STREAM>(dst + b * row_vectors, cf_tap_vector<V>(t[b]));
     }
 #pragma unroll 1
     for (; kw < KW; ++kw, s += dW, dst += row_vectors) {
-      uint4 lo, hi;
-      int32_t bytes;
-      tap(s, lo, hi, bytes);
-      store_maybe_streaming<STREAM>(dst, vector_at(lo, hi, bytes));
+      const CfTap t = load_cf_tap<V>(src, inside, line_vectors, s);
+      store_maybe_streaming<STREAM>(dst, cf_tap_vector<V>(t));
     }
   }
 }
