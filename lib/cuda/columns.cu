@@ -25,10 +25,10 @@
 #include "device_util.cuh"
 #include "device_info.h"
 #include "tile.cuh"
+#include "unfold_cf_vectors.cuh"
 #include "unfold_cl_index.cuh"
 #include "unfold_cl_taps.cuh"
 #include "unfold_cl_write.cuh"
-#include "unfold_cf_vectors.cuh"
 #include "unfold_planes.cuh"
 #include "unfold_write.cuh"
 
