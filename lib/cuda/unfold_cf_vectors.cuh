@@ -20,7 +20,6 @@
 
 #include "../geometry.h"
 #include "device_util.cuh"
-#include "window_taps.cuh"
 
 namespace im2col::cuda {
 
@@ -90,11 +89,80 @@ __device__ __forceinline__ uint4 cf_tap_vector(const CfTap& t) {
 template <int ND, int BATCH, bool STREAM, int V, int LINES = 1>
 __device__ __forceinline__ void copy_cf_taps(const uint4* x_plane, uint4* dst, const Geometry& g,
                                              const int32_t* origin, int64_t row_vectors) {
+  const int32_t KW = static_cast<int32_t>(g.kernel[ND - 1]), dW = static_cast<int32_t>(g.rhs_dilation[ND - 1]);
   const int32_t line_vectors = static_cast<int32_t>(g.in[ND - 1]) / V;
-  walk_window_taps<ND, BATCH, LINES>(
-      g, origin, dst, row_vectors, [&](int32_t pos) { return x_plane + static_cast<int64_t>(pos) * line_vectors; },
-      [&](const uint4* src, bool inside, int32_t, int32_t at) { return load_cf_tap<V>(src, inside, line_vectors, at); },
-      [](uint4* p, const CfTap& t) { store_maybe_streaming<STREAM>(p, cf_tap_vector<V>(t)); });
+  const int32_t lines = static_cast<int32_t>(g.kernel_size) / KW;
+  int32_t k[kMaxSpatial] = {};
+  // The input line of the window's line at k (formed for every line, read
+  // only where inside), and whether it is inside the input.
+  auto line_at = [&](bool& inside) {
+    inside = true;
+    int32_t pos = 0;
+#pragma unroll
+    for (int d = 0; d < ND - 1; ++d) {
+      const int32_t c = origin[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+      inside = inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
+      pos = pos * static_cast<int32_t>(g.in[d]) + c;
+    }
+    return x_plane + static_cast<int64_t>(pos) * line_vectors;
+  };
+  int32_t line = 0;
+  if constexpr (LINES > 1) {
+#pragma unroll 1
+    for (; line + LINES <= lines; line += LINES, dst += LINES * KW * row_vectors) {
+      bool inside[LINES];
+      const uint4* src[LINES];
+#pragma unroll
+      for (int j = 0; j < LINES; ++j) {
+        src[j] = line_at(inside[j]);
+        increment<ND - 1>(k, g.kernel);
+      }
+      int32_t kw = 0, s = origin[ND - 1];
+      uint4* out = dst;
+#pragma unroll 1
+      for (; kw + BATCH <= KW; kw += BATCH, s += BATCH * dW, out += BATCH * row_vectors) {
+        CfTap t[LINES][BATCH];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) t[j][b] = load_cf_tap<V>(src[j], inside[j], line_vectors, s + b * dW);
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b)
+            store_maybe_streaming<STREAM>(out + (j * KW + b) * row_vectors,
+                                          cf_tap_vector<V>(t[j][b]));
+      }
+#pragma unroll 1
+      for (; kw < KW; ++kw, s += dW, out += row_vectors) {
+        CfTap t[LINES];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j) t[j] = load_cf_tap<V>(src[j], inside[j], line_vectors, s);
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+          store_maybe_streaming<STREAM>(out + j * KW * row_vectors, cf_tap_vector<V>(t[j]));
+      }
+    }
+  }
+  for (; line < lines; ++line, increment<ND - 1>(k, g.kernel)) {
+    bool inside;
+    const uint4* src = line_at(inside);
+    int32_t kw = 0, s = origin[ND - 1];
+#pragma unroll 1
+    for (; kw + BATCH <= KW; kw += BATCH, s += BATCH * dW, dst += BATCH * row_vectors) {
+      CfTap t[BATCH];
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) t[b] = load_cf_tap<V>(src, inside, line_vectors, s + b * dW);
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b)
+        store_maybe_streaming<STREAM>(dst + b * row_vectors, cf_tap_vector<V>(t[b]));
+    }
+#pragma unroll 1
+    for (; kw < KW; ++kw, s += dW, dst += row_vectors) {
+      const CfTap t = load_cf_tap<V>(src, inside, line_vectors, s);
+      store_maybe_streaming<STREAM>(dst, cf_tap_vector<V>(t));
+    }
+  }
 }
 
 }  // namespace im2col::cuda

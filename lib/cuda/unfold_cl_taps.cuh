@@ -1,18 +1,18 @@
 // The channels-last vector unfold's copy of one thread's taps (columns.cu,
 // unfold_cl_kernel) where the geometry has no lhs dilation: a thread's 16
 // bytes of channels at every tap of its window, in the columns' tap order.
-// The window is walked a line of taps along the last dimension at a time
-// (window_taps.cuh: the other dimensions' bounds checked once a line, BATCH
-// taps of LINES lines loaded before any of them stores). The general loop
-// (source_offset_at a tap, lhs dilation included) ran ~70 instructions a
-// tap, this one 18 (BATCH 1; BENCHMARKS.md, step 94).
+// The last dimension's taps are an inner loop carrying their input
+// coordinate and source, the other dimensions' bounds are checked once a
+// line of taps; BATCH taps of LINES lines at a time load before any of
+// them stores. The general loop (source_offset_at a tap, lhs dilation
+// included) ran ~70 instructions a tap, this one 18 (BATCH 1; BENCHMARKS.md,
+// step 94).
 #pragma once
 
 #include <cstdint>
 
 #include "../geometry.h"
 #include "device_util.cuh"
-#include "window_taps.cuh"
 
 namespace im2col::cuda {
 
@@ -40,19 +40,95 @@ inline constexpr int kClTapBlocks = ND == 3 ? 2 : 3;
 template <int ND, int BATCH, bool STREAM, typename W, int LINES = 1>
 __device__ __forceinline__ void copy_cl_taps(const W* xn, W* dst, const Geometry& g, const int32_t* origin,
                                              int64_t c_vectors, int64_t cg_vectors) {
+  const int32_t KW = static_cast<int32_t>(g.kernel[ND - 1]), dW = static_cast<int32_t>(g.rhs_dilation[ND - 1]);
   const int32_t width = static_cast<int32_t>(g.in[ND - 1]);
-  // A 32-bit dilation: a narrower multiply (a 64-bit one compiled to more address arithmetic).
-  const int64_t src_step = static_cast<int32_t>(g.rhs_dilation[ND - 1]) * c_vectors;
-  walk_window_taps<ND, BATCH, LINES>(
-      g, origin, dst, cg_vectors,
-      // A line's source: its first tap's.
-      [&](int32_t pos) { return xn + (static_cast<int64_t>(pos) * width + origin[ND - 1]) * c_vectors; },
-      [&](const W* src, bool inside, int32_t kw, int32_t at) {
-        W v{};
-        if (inside && static_cast<uint32_t>(at) < static_cast<uint32_t>(width)) v = __ldg(src + kw * src_step);
-        return v;
-      },
-      [](W* p, const W& v) { store_maybe_streaming<STREAM>(p, v); });
+  const int32_t lines = static_cast<int32_t>(g.kernel_size) / KW;
+  const int64_t src_step = dW * c_vectors;
+  int32_t k[kMaxSpatial] = {};  // the line's taps along the other dimensions
+  int32_t line = 0;
+  if constexpr (LINES > 1) {
+    // LINES lines at a time: LINES * BATCH loads before their stores.
+#pragma unroll 1
+    for (; line + LINES <= lines; line += LINES, dst += LINES * KW * cg_vectors) {
+      bool inside[LINES];
+      const W* src[LINES];
+#pragma unroll
+      for (int j = 0; j < LINES; ++j) {
+        inside[j] = true;
+        int32_t pos = 0;
+#pragma unroll
+        for (int d = 0; d < ND - 1; ++d) {
+          const int32_t c = origin[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+          inside[j] = inside[j] && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
+          pos = pos * static_cast<int32_t>(g.in[d]) + c;
+        }
+        src[j] = xn + (static_cast<int64_t>(pos) * width + origin[ND - 1]) * c_vectors;
+        increment<ND - 1>(k, g.kernel);
+      }
+      int32_t kw = 0, c = origin[ND - 1];
+      W* out = dst;
+#pragma unroll 1
+      for (; kw + BATCH <= KW; kw += BATCH, c += BATCH * dW, out += BATCH * cg_vectors) {
+        W v[LINES][BATCH];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) {
+            v[j][b] = W{};
+            if (inside[j] && static_cast<uint32_t>(c + b * dW) < static_cast<uint32_t>(width))
+              v[j][b] = __ldg(src[j] + (kw + b) * src_step);
+          }
+#pragma unroll
+        for (int j = 0; j < LINES; ++j)
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) store_maybe_streaming<STREAM>(out + (j * KW + b) * cg_vectors, v[j][b]);
+      }
+#pragma unroll 1
+      for (; kw < KW; ++kw, c += dW, out += cg_vectors) {
+        W v[LINES];
+#pragma unroll
+        for (int j = 0; j < LINES; ++j) {
+          v[j] = W{};
+          if (inside[j] && static_cast<uint32_t>(c) < static_cast<uint32_t>(width)) v[j] = __ldg(src[j] + kw * src_step);
+        }
+#pragma unroll
+        for (int j = 0; j < LINES; ++j) store_maybe_streaming<STREAM>(out + j * KW * cg_vectors, v[j]);
+      }
+    }
+  }
+  for (; line < lines; ++line, increment<ND - 1>(k, g.kernel)) {
+    bool inside = true;
+    int32_t pos = 0;
+#pragma unroll
+    for (int d = 0; d < ND - 1; ++d) {
+      const int32_t c = origin[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+      inside = inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
+      pos = pos * static_cast<int32_t>(g.in[d]) + c;
+    }
+    int32_t c = origin[ND - 1];
+    // Formed for every line, read only where inside.
+    const W* src = xn + (static_cast<int64_t>(pos) * width + c) * c_vectors;
+    int32_t kw = 0;
+    if constexpr (BATCH > 1) {
+#pragma unroll 1
+      for (; kw + BATCH <= KW; kw += BATCH, c += BATCH * dW, src += BATCH * src_step, dst += BATCH * cg_vectors) {
+        W v[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+          v[b] = W{};
+          if (inside && static_cast<uint32_t>(c + b * dW) < static_cast<uint32_t>(width)) v[b] = __ldg(src + b * src_step);
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) store_maybe_streaming<STREAM>(dst + b * cg_vectors, v[b]);
+      }
+    }
+#pragma unroll 1
+    for (; kw < KW; ++kw, c += dW, src += src_step, dst += cg_vectors) {
+      W v{};
+      if (inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(width)) v = __ldg(src);
+      store_maybe_streaming<STREAM>(dst, v);
+    }
+  }
 }
 
 }  // namespace im2col::cuda
