@@ -91,14 +91,11 @@ unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
                         ColumnsLayout lay, int64_t threads, CfVectorDivisors dv) {
   constexpr int V = 16 / sizeof(U);
   for (int64_t t = grid_start(); t < threads; t += grid_step()) {
-    int32_t row, vec, n, c, l;
+    int32_t row, vec, n, c;
     dv.vectors.divmod(static_cast<int32_t>(t), row, vec);
     dv.channels.divmod(row, n, c);
     int32_t o[kMaxSpatial], origin[kMaxSpatial];
-    l = static_cast<int32_t>(lay.l0) + vec * V;
-#pragma unroll
-    for (int d = ND - 1; d > 0; --d) dv.out[d].divmod(l, l, o[d]);
-    o[0] = l;
+    unravel_fast<ND>(static_cast<int32_t>(lay.l0) + vec * V, dv.out, o);
     window_origin<ND>(g, o, origin);
     const uint4* xc = reinterpret_cast<const uint4*>(x + ((n0 + n) * C + c) * g.in_size);
     uint4* dst = reinterpret_cast<uint4*>(cols + n * lay.image_stride + c * g.kernel_size * lay.row_stride +

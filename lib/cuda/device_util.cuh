@@ -101,6 +101,16 @@ struct FastDiv {
   }
 };
 
+// Coordinates o of flat index `flat` (0 <= flat < 2^31) over ND dimensions
+// whose extents 1..ND-1 are the divisors dims[1..ND-1] (dims[0] is not read).
+template <int ND, int N>
+__device__ __forceinline__ void unravel_fast(int32_t flat, const FastDiv (&dims)[N], int32_t* o) {
+  static_assert(ND <= N, "a divisor a dimension");
+#pragma unroll
+  for (int d = ND - 1; d > 0; --d) dims[d].divmod(flat, flat, o[d]);
+  o[0] = flat;
+}
+
 // Calls fn(U{}) with the unsigned type of elem_bytes bytes (2, 4 or 8): the
 // carrier of kernels that only move data.
 template <typename Fn>

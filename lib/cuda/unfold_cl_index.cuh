@@ -44,10 +44,7 @@ __device__ __forceinline__ ClUnfoldUnit cl_unfold_unit(int64_t t, const Geometry
     dv.positions.divmod(row, n, l);
     dv.group_channels.divmod(unit * V, gi, j0);
     u.row = row, u.unit = unit, u.n = n, u.l = l, u.gi = gi, u.j0 = j0;
-    int32_t rest = static_cast<int32_t>(lay.l0) + l;
-#pragma unroll
-    for (int d = ND - 1; d > 0; --d) dv.out[d].divmod(rest, rest, o[d]);
-    o[0] = rest;
+    unravel_fast<ND>(static_cast<int32_t>(lay.l0) + l, dv.out, o);
   } else {
     divmod(t, units_per_row, u.row, u.unit);
     divmod(u.row, lay.lc, u.n, u.l);
