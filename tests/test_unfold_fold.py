@@ -407,6 +407,11 @@ LARGE_CASES = [
     # shifted by every amount, some wholly outside the line.
     pytest.param(Case.make((12, 40), (3, 3), dilation=(1, 3), padding=((1, 1), (-2, 8)), c=3),
                  id="2d-cf-vectors-crop"),
+    # The channels-last unfold in groups of positions (unfold_cl_groups.cuh):
+    # rows of 90 entries (4 positions are whole 16-byte vectors in 2-byte
+    # types, 2 in float32), a dilated window cropped above, 3 images.
+    pytest.param(Case.make((21, 48), (3, 5), stride=(1, 2), dilation=(2, 1), padding=((2, -1), (1, 2)), n=3, c=6),
+                 id="2d-cl-groups"),
 ] + [pytest.param(case, id=name) for name, case in MORE_LARGE_CASES.items()]
 
 

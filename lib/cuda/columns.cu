@@ -26,6 +26,7 @@
 #include "device_info.h"
 #include "tile.cuh"
 #include "unfold_cf_vectors.cuh"
+#include "unfold_cl_groups.cuh"
 #include "unfold_cl_index.cuh"
 #include "unfold_cl_taps.cuh"
 #include "unfold_cl_write.cuh"
@@ -221,6 +222,27 @@ unfold_cf_planes_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
   stage_planes<VECTOR_LOADS>(staged, loads, p, runs);
   __syncthreads();
   write_planes<STREAM>(staged, cols + run0 * p.run_planes * g.kernel_size * g.out_size, off, p, runs);
+}
+
+// 2-D channels-last rows of few channels in groups of positions that are
+// whole 16-byte vectors (unfold_cl_groups.cuh).
+template <typename U, bool STREAM>
+__global__ void __launch_bounds__(kClGroupsMaxThreads)
+unfold_cl_groups_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, ClGroupsPlan p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  U* tile = reinterpret_cast<U*>(smem);
+  int32_t n, block;
+  p.row_blocks.divmod(static_cast<int32_t>(blockIdx.x), n, block);
+  const int32_t line0 = p.first_line + block * p.lines;
+  const int32_t lines = min(p.lines, p.first_line + p.chunk_lines - line0);
+  const U* x_image = x + static_cast<int64_t>(n) * g.in_size * C;
+  const ClGroupsLoads loads = load_cl_groups(x_image, g, p, line0);
+  const ClGroupOffsets<U> off = cl_group_offsets<U>(g, C, p, static_cast<int32_t>(threadIdx.x) % p.vectors);
+  stage_cl_groups(tile, loads, g, C, p, line0);
+  __syncthreads();
+  U* cols_line = cols + (static_cast<int64_t>(n) * p.chunk_lines + (line0 - p.first_line)) * g.out[1] *
+                            g.kernel_size * C;
+  write_cl_groups<STREAM>(tile, cols_line, g, C, off, p, lines);
 }
 
 // Channels-last with few channels (unfold_cl_write.cuh), positions in pairs
@@ -426,6 +448,22 @@ bool planes_unfold_on() {
   return on;
 }
 
+// The planes unfold stages its runs skewed (unfold_planes.cuh, fewer bank
+// conflicts; BENCHMARKS.md, step 97); JAX_IM2COL_NO_PLANES_SKEW=1 stages
+// them flat.
+bool planes_skew_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_PLANES_SKEW");
+  return on;
+}
+
+// 2-D channels-last rows of few channels go in groups of positions where
+// those are whole vectors (unfold_cl_groups.cuh; BENCHMARKS.md, step 98);
+// JAX_IM2COL_NO_CL_GROUPS=1 leaves them to the tiled unfold.
+bool cl_groups_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CL_GROUPS");
+  return on;
+}
+
 // The line vector (elements) for plan_tile: input lines of `column`
 // elements a position (C channels-last, else 1) and whole vectors.
 int32_t fill_vector(const Geometry& g, const void* x, size_t elem_bytes, int64_t column) {
@@ -462,7 +500,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   if (!channels_last && planes_unfold_on()) {
     const U* x_chunk = x + n0 * C * g.in_size;
     PlanesPlan p;
-    if (plan_unfold_planes(g, lay, C, nc, sizeof(U), x_chunk, cols, &p)) {
+    if (plan_unfold_planes(g, lay, C, nc, sizeof(U), x_chunk, cols, &p, planes_skew_on())) {
       const int threads = planes_block_threads(p);
       auto launch = [&](auto kernel) -> cudaError_t {
         DeviceInfo info;
@@ -491,6 +529,16 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   const bool cl_vectors = channels_last && (C / lay.groups) % V == 0 &&
                           C * static_cast<int64_t>(sizeof(U)) >= 64 && aligned_to(x, 16) &&
                           aligned_to(cols, 16);
+  if constexpr (ND == 2) {
+    ClGroupsPlan gp;
+    const U* x_chunk = x + n0 * C * g.in_size;
+    if (channels_last && !cl_vectors && cl_groups_on() &&
+        plan_cl_groups<U>(g, lay, C, nc, x_chunk, cols, cl_groups_lines(sizeof(U)), &gp)) {
+      unfold_cl_groups_kernel<U, STREAM><<<static_cast<unsigned>(gp.blocks), cl_groups_threads(gp), gp.smem, stream>>>(
+          x_chunk, cols, g, C, gp);
+      return cudaGetLastError();
+    }
+  }
   // Pairs keep a shifted copy of the tile beside it: planned as 4-byte elements.
   const bool pairs = !channels_last && sizeof(U) == 2 && unfold_pairs_on() && unfold_pairs_fit(g, lay, cols);
   // The widest line vector whose lines (led, rounded up) still fit, else none

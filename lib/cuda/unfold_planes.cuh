@@ -18,6 +18,13 @@
 // a warp of which 49 are used; this kernel's offsets cost a thread about as
 // much as writing 8 runs, so blocks take many (plan_planes_grid): 7 x 7 and
 // 14 x 14 maps 1.15-1.25x faster (BENCHMARKS.md, step 78).
+//
+// Skew: a warp's 32 threads read entries about V apart, 16 bytes, so the
+// threads 8 apart hit one bank (ncu: 3.3-way conflicts on 14 x 14 bfloat16
+// maps). Staged element e sits at e + (e / every) * pad, a pad of 4 bytes
+// (8 for 8-byte types) after every 128: the 4 groups of 8 threads then read
+// 4 different banks. Runs are whole 128-byte chunks, so the skew of an offset
+// is the same in every run.
 #pragma once
 
 #include <algorithm>
@@ -34,10 +41,12 @@ struct PlanesPlan {
   int32_t threads = 0;          // vectors of a run: one a thread
   int32_t run_planes = 0;       // planes a run
   int32_t run_elements = 0;     // input elements of a run: run_planes * in_size
-  int32_t run_stride = 0;       // shared-memory elements a run's input takes, its zero included, whole vectors
+  int32_t run_stride = 0;       // a run's input and its zero, in whole vectors (whole skew chunks if skewed)
+  int32_t staged_run = 0;       // shared-memory elements a run takes: run_stride, skewed
   int32_t runs = 0;             // runs a block
   int32_t vector_loads = 0;     // 1: staged by 16-byte loads
   int32_t plain = 0;            // 1: no lhs dilation (plane_offsets)
+  int32_t skew = 0;             // 1: staged skewed (planes_skewed)
   int64_t run_count = 0;        // runs in all
   unsigned blocks = 0;
   size_t smem = 0;
@@ -57,13 +66,26 @@ constexpr size_t kPlanesSmem = 24 * 1024;  // staged input a block
 // A block's threads: the run's vectors, in whole warps.
 __host__ __device__ inline int32_t planes_block_threads(const PlanesPlan& p) { return (p.threads + 31) / 32 * 32; }
 
+// The skew's chunk and pad, in elements of `elem_bytes`.
+__host__ __device__ constexpr int32_t planes_skew_every(size_t elem_bytes) { return 128 / static_cast<int32_t>(elem_bytes); }
+__host__ __device__ constexpr int32_t planes_skew_pad(size_t elem_bytes) {
+  return elem_bytes >= 4 ? 1 : 4 / static_cast<int32_t>(elem_bytes);
+}
+
+// Where staged element e of a run sits in shared memory.
+template <typename U>
+__host__ __device__ __forceinline__ int32_t planes_skewed(int32_t e, const PlanesPlan& p) {
+  return p.skew ? e + e / planes_skew_every(sizeof(U)) * planes_skew_pad(sizeof(U)) : e;
+}
+
 // The plan for nc images of C channels from x_chunk into cols, but for its
 // grid (plan_planes_grid), or false where the columns leave gaps, a run
 // would take more than a block's threads, or its input more than
 // kPlanesSmem or kPlanesLoads loads a thread, or the planes are not whole
 // runs.
 inline bool plan_unfold_planes(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc,
-                               size_t elem_bytes, const void* x_chunk, const void* cols, PlanesPlan* p) {
+                               size_t elem_bytes, const void* x_chunk, const void* cols, PlanesPlan* p,
+                               bool skew = true) {
   const int64_t L = g.out_size, KL = g.kernel_size * L, V = 16 / static_cast<int64_t>(elem_bytes);
   if (lay.l0 != 0 || lay.lc != L || lay.row_stride != L || (nc > 1 && lay.image_stride != C * KL) ||
       !aligned_to(cols, 16) || KL <= 0)
@@ -77,12 +99,16 @@ inline bool plan_unfold_planes(const Geometry& g, const ColumnsLayout& lay, int6
   const int64_t planes = nc * C;
   if (threads > kPlanesMaxThreads || planes % run_planes != 0) return false;
   const int64_t run_elements = run_planes * g.in_size;
-  const int64_t run_stride = (run_elements + 1 + V - 1) / V * V;
-  if (static_cast<size_t>(run_stride) * elem_bytes > kPlanesSmem) return false;
+  const int64_t every = skew ? planes_skew_every(elem_bytes) : V;
+  const int64_t run_stride = (run_elements + 1 + every - 1) / every * every;
+  const int64_t staged_run = skew ? run_stride + run_stride / every * planes_skew_pad(elem_bytes) : run_stride;
+  if (static_cast<size_t>(staged_run) * elem_bytes > kPlanesSmem) return false;
   p->threads = static_cast<int32_t>(threads);
   p->run_planes = static_cast<int32_t>(run_planes);
   p->run_elements = static_cast<int32_t>(run_elements);
   p->run_stride = static_cast<int32_t>(run_stride);
+  p->staged_run = static_cast<int32_t>(staged_run);
+  p->skew = skew;
   p->run_count = planes / run_planes;
   p->vector_loads = aligned_to(x_chunk, 16) && run_elements * static_cast<int64_t>(elem_bytes) % 16 == 0;
   p->plain = !g.any_lhs_dilation;
@@ -99,7 +125,7 @@ inline bool plan_unfold_planes(const Geometry& g, const ColumnsLayout& lay, int6
 // holds at once), within the staging's bytes and loads. False where the grid
 // would not fit.
 inline bool plan_planes_grid(int64_t resident, size_t elem_bytes, PlanesPlan* p) {
-  const size_t run_bytes = static_cast<size_t>(p->run_stride) * elem_bytes;
+  const size_t run_bytes = static_cast<size_t>(p->staged_run) * elem_bytes;
   const int64_t most = std::min<int64_t>(static_cast<int64_t>(kPlanesSmem / run_bytes),
                                          kPlanesLoads * planes_block_threads(*p) / p->run_loads.d);
   const int64_t wave = std::max<int64_t>(1, resident);
@@ -138,17 +164,16 @@ __device__ __forceinline__ PlanesLoads<VECTOR_LOADS, U> load_planes(const U* x_b
   return r;
 }
 
-// Stores this thread's loads at staged, run j at j * run_stride, and the
-// zeros that follow each run to its stride.
+// Stores this thread's loads at staged, run j at j * staged_run, and each
+// run's zero after its input (planes_skewed places them). Skewed, a 16-byte
+// load's place is only 4-byte aligned: it goes as four words.
 template <bool VECTOR_LOADS, typename U>
 __device__ __forceinline__ void stage_planes(U* staged, const PlanesLoads<VECTOR_LOADS, U>& r,
                                              const PlanesPlan& p, int32_t runs) {
-  constexpr int32_t E = sizeof(PlanesLoad<VECTOR_LOADS, U>) / sizeof(U);
-  const int32_t pad = p.run_stride - p.run_elements;
-  for (int32_t i = threadIdx.x; i < runs * pad; i += blockDim.x) {
-    const int32_t j = i / pad;
-    staged[j * p.run_stride + p.run_elements + (i - j * pad)] = U(0);
-  }
+  using L = PlanesLoad<VECTOR_LOADS, U>;
+  constexpr int32_t E = sizeof(L) / sizeof(U);
+  for (int32_t j = threadIdx.x; j < runs; j += blockDim.x)
+    staged[j * p.staged_run + planes_skewed<U>(p.run_elements, p)] = U(0);
   const int32_t loads = runs * static_cast<int32_t>(p.run_loads.d);
 #pragma unroll
   for (int j = 0; j < kPlanesLoads; ++j) {
@@ -156,13 +181,24 @@ __device__ __forceinline__ void stage_planes(U* staged, const PlanesLoads<VECTOR
     if (i < loads) {
       int32_t run, at;
       p.run_loads.divmod(i, run, at);
-      *reinterpret_cast<PlanesLoad<VECTOR_LOADS, U>*>(staged + run * p.run_stride + at * E) = r.v[j];
+      U* dst = staged + run * p.staged_run + planes_skewed<U>(at * E, p);
+      if constexpr (VECTOR_LOADS) {
+        if (p.skew) {
+          uint32_t* words = reinterpret_cast<uint32_t*>(dst);
+          words[0] = r.v[j].x;
+          words[1] = r.v[j].y;
+          words[2] = r.v[j].z;
+          words[3] = r.v[j].w;
+          continue;
+        }
+      }
+      *reinterpret_cast<L*>(dst) = r.v[j];
     }
   }
 }
 
-// Where this thread's vector of a run reads: its V entries' offsets in the
-// run's staged input, the run's zero for padding (threads past the run's
+// Where this thread's vector of a run reads: its V entries' (skewed) offsets
+// in the run's staged input, the run's zero for padding (threads past the run's
 // vectors get zeros, and write nothing).
 template <typename U>
 struct PlaneOffsets {
@@ -211,7 +247,7 @@ __device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, cons
     } else {
       s = source_offset<ND, int32_t>(g, o, k);
     }
-    off.v[v] = s >= 0 ? base + s : p.run_elements;
+    off.v[v] = planes_skewed<U>(s >= 0 ? base + s : p.run_elements, p);
     if (v + 1 == V) break;
     bool carry = true;  // into the next tap
 #pragma unroll
@@ -249,7 +285,7 @@ __device__ __forceinline__ void write_planes(const U* staged, U* cols_block, con
   const int32_t i = threadIdx.x;
   if (i >= p.threads) return;
   Pack<U, V>* dst = reinterpret_cast<Pack<U, V>*>(cols_block) + i;
-  for (int32_t j = 0; j < runs; ++j, staged += p.run_stride, dst += p.threads) {
+  for (int32_t j = 0; j < runs; ++j, staged += p.staged_run, dst += p.threads) {
     Pack<U, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) out.v[v] = staged[off.v[v]];
