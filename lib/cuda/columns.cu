@@ -25,6 +25,7 @@
 #include "device_util.cuh"
 #include "device_info.h"
 #include "tile.cuh"
+#include "unfold_cf_strided.cuh"
 #include "unfold_cf_vectors.cuh"
 #include "unfold_cl_groups.cuh"
 #include "unfold_cl_index.cuh"
@@ -86,7 +87,17 @@ struct CfVectorDivisors {
   FastDiv out[kMaxSpatial];
 };
 
-template <int ND, typename U, bool STREAM>
+template <int ND>
+CfVectorDivisors cf_vector_divisors(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t V) {
+  CfVectorDivisors dv;
+  dv.vectors = FastDiv(lay.lc / V);
+  dv.channels = FastDiv(C);
+  for (int d = 1; d < ND; ++d) dv.out[d] = FastDiv(g.out[d]);
+  return dv;
+}
+
+// STRIDED: stride 2 along the last dimension (unfold_cf_strided.cuh).
+template <int ND, typename U, bool STREAM, bool STRIDED = false>
 __global__ void __launch_bounds__(kThreads, kCfTapBlocks<ND>)
 unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, int64_t C, int64_t n0,
                         ColumnsLayout lay, int64_t threads, CfVectorDivisors dv) {
@@ -101,7 +112,10 @@ unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
     const uint4* xc = reinterpret_cast<const uint4*>(x + ((n0 + n) * C + c) * g.in_size);
     uint4* dst = reinterpret_cast<uint4*>(cols + n * lay.image_stride + c * g.kernel_size * lay.row_stride +
                                           static_cast<int64_t>(vec) * V);
-    copy_cf_taps<ND, kCfTapBatch, STREAM, V, kCfTapLines<ND>>(xc, dst, g, origin, lay.row_stride / V);
+    if constexpr (STRIDED)
+      copy_cf_taps_strided<ND, STREAM, V>(xc, dst, g, origin, lay.row_stride / V);
+    else
+      copy_cf_taps<ND, kCfTapBatch, STREAM, V, kCfTapLines<ND>>(xc, dst, g, origin, lay.row_stride / V);
   }
 }
 
@@ -448,6 +462,14 @@ bool planes_unfold_on() {
   return on;
 }
 
+// Stride 2 along the last dimension goes to the vector unfold where its
+// lines fit (unfold_cf_strided.cuh; BENCHMARKS.md, step 99);
+// JAX_IM2COL_NO_CF_STRIDED=1 leaves it to the tiled unfold.
+bool cf_strided_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CF_STRIDED");
+  return on;
+}
+
 // The planes unfold stages its runs skewed (unfold_planes.cuh, fewer bank
 // conflicts; BENCHMARKS.md, step 97); JAX_IM2COL_NO_PLANES_SKEW=1 stages
 // them flat.
@@ -485,15 +507,20 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   constexpr int V = 16 / sizeof(U);
   const U* x = static_cast<const U*>(xv);
   U* cols = static_cast<U*>(colsv);
-  if (!channels_last && cf_vectors_on() && cf_vector_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols)) {
+  if (!channels_last && cf_vectors_on()) {
+    const bool plain = cf_vector_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols);
     const int64_t threads = nc * C * (lay.lc / V);
-    if (threads < (int64_t{1} << 31)) {
-      CfVectorDivisors dv;
-      dv.vectors = FastDiv(lay.lc / V);
-      dv.channels = FastDiv(C);
-      for (int d = 1; d < ND; ++d) dv.out[d] = FastDiv(g.out[d]);
-      unfold_cf_vector_kernel<ND, U, STREAM><<<blocks_for(threads), kThreads, 0, stream>>>(x, cols, g, C, n0, lay,
-                                                                                         threads, dv);
+    if constexpr (sizeof(U) <= 4) {
+      if (!plain && cf_strided_on() && cf_strided_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols) &&
+          threads < (int64_t{1} << 31)) {
+        unfold_cf_vector_kernel<ND, U, STREAM, true><<<blocks_for(threads), kThreads, 0, stream>>>(
+            x, cols, g, C, n0, lay, threads, cf_vector_divisors<ND>(g, lay, C, V));
+        return cudaGetLastError();
+      }
+    }
+    if (plain && threads < (int64_t{1} << 31)) {
+      unfold_cf_vector_kernel<ND, U, STREAM><<<blocks_for(threads), kThreads, 0, stream>>>(
+          x, cols, g, C, n0, lay, threads, cf_vector_divisors<ND>(g, lay, C, V));
       return cudaGetLastError();
     }
   }

@@ -82,6 +82,23 @@ __device__ __forceinline__ uint4 cf_tap_vector(const CfTap& t) {
   return vector_at(t.lo, t.hi, t.r * (16 / V));
 }
 
+// The input line (as vectors) of the window's line at k (the window's taps
+// but the last dimension's) for the window at `origin`, formed for every
+// line, read only where inside: whether it is inside the input.
+template <int ND>
+__device__ __forceinline__ const uint4* window_line(const uint4* x_plane, const Geometry& g, const int32_t* origin,
+                                                    const int32_t* k, int32_t line_vectors, bool& inside) {
+  inside = true;
+  int32_t pos = 0;
+#pragma unroll
+  for (int d = 0; d < ND - 1; ++d) {
+    const int32_t c = origin[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
+    inside = inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
+    pos = pos * static_cast<int32_t>(g.in[d]) + c;
+  }
+  return x_plane + static_cast<int64_t>(pos) * line_vectors;
+}
+
 // Copies the V positions whose window starts at `origin` (the first
 // position's; x_plane: the (n, c) input plane as vectors) at each tap, to
 // dst (the first tap's row), rows row_vectors apart: BATCH taps of LINES
@@ -93,19 +110,7 @@ __device__ __forceinline__ void copy_cf_taps(const uint4* x_plane, uint4* dst, c
   const int32_t line_vectors = static_cast<int32_t>(g.in[ND - 1]) / V;
   const int32_t lines = static_cast<int32_t>(g.kernel_size) / KW;
   int32_t k[kMaxSpatial] = {};
-  // The input line of the window's line at k (formed for every line, read
-  // only where inside), and whether it is inside the input.
-  auto line_at = [&](bool& inside) {
-    inside = true;
-    int32_t pos = 0;
-#pragma unroll
-    for (int d = 0; d < ND - 1; ++d) {
-      const int32_t c = origin[d] + k[d] * static_cast<int32_t>(g.rhs_dilation[d]);
-      inside = inside && static_cast<uint32_t>(c) < static_cast<uint32_t>(g.in[d]);
-      pos = pos * static_cast<int32_t>(g.in[d]) + c;
-    }
-    return x_plane + static_cast<int64_t>(pos) * line_vectors;
-  };
+  auto line_at = [&](bool& inside) { return window_line<ND>(x_plane, g, origin, k, line_vectors, inside); };
   int32_t line = 0;
   if constexpr (LINES > 1) {
 #pragma unroll 1

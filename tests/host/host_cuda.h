@@ -34,6 +34,13 @@ using std::min;
 inline void __syncthreads() {}
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+// Bytes of {y, x} (x's 0-3, y's 4-7) picked by the selector's nibbles, low first.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t bytes = (uint64_t{y} << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
   return static_cast<unsigned>(((uint64_t{hi} << 32) | lo) >> (shift & 31));
 }

@@ -1,0 +1,112 @@
+// The channels-first vector unfold's tap copy at stride 2
+// (lib/cuda/unfold_cf_strided.cuh) compiled as host code: over random 1-D to
+// 3-D geometries with stride 2 along the last dimension and lines of whole
+// 16-byte vectors (2- and 4-byte elements; windows whose last dimension
+// spans up to V + 3 elements, padding and dilation drawn, so that every
+// parity and shift of a tap's elements runs), a thread's vector of V
+// positions must write, in row k of the columns (k * row_vectors apart), the
+// elements that tap k reads for those positions, zeros on padding, and
+// nothing else. Geometries outside the kernel's reach must be refused. Run by
+// tests/test_kernels_on_host.py; prints "N passed, M failed".
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "host_cuda.h"
+#include "host_reference.h"
+#include "cuda/unfold_cf_strided.cuh"
+
+using namespace im2col;
+using namespace im2col::cuda;
+
+namespace {
+
+constexpr unsigned char kUnwritten = 0xa5;
+int cases = 0, refused = 0;  // drawn geometries that ran, and that the fit refused
+
+template <typename T, int ND>
+bool one_case() {
+  constexpr int V = 16 / sizeof(T);
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  Geometry g = draw_geometry(ND, ND == 1 ? 40 : ND == 2 ? 12 : 6, pad_hi);
+  const int last = ND - 1;
+  g.stride[last] = 2;
+  if (draw(0, 1)) g.kernel[last] = draw(1, 8);
+  g.in[last] = V * draw(1, 6);
+  finish_geometry(g, pad_hi);
+  for (int grow = 0; grow < 4 * V && (g.out[last] <= 0 || g.out[last] % V != 0); ++grow) {
+    ++pad_hi[last];  // wider padding on the high side until the output line is whole vectors
+    finish_geometry(g, pad_hi);
+  }
+  if (g.out_size <= 0 || g.out[last] % V != 0) return true;
+  const int64_t K = g.kernel_size, row_vectors = draw(1, 3);
+  std::vector<uint4> xv((g.in_size * sizeof(T) + 15) / 16);
+  T* x = reinterpret_cast<T*>(xv.data());
+  ColumnsLayout lay;
+  lay.lc = g.out_size;
+  lay.row_stride = row_vectors * V;
+  lay.image_stride = K * lay.row_stride;
+  const bool reach = (g.kernel[last] - 1) * g.rhs_dilation[last] <= V + 2;
+  if (cf_strided_unfold_fits(g, lay, sizeof(T), xv.data(), xv.data()) != (reach && K > 1)) {
+    std::printf("FAIL: fit %d for a window of %lld x dilation %lld, K %lld\n", !reach, static_cast<long long>(g.kernel[last]),
+                static_cast<long long>(g.rhs_dilation[last]), static_cast<long long>(K));
+    return false;
+  }
+  if (!reach || K == 1) {
+    ++refused;
+    return true;
+  }
+  ++cases;
+  for (int64_t p = 0; p < g.in_size; ++p) x[p] = static_cast<T>(p + 1);
+  bool ok = true;
+  for (int i = 0; i < 10 && ok; ++i) {
+    const int64_t vectors = g.out_size / V;
+    const int64_t l = V * (i == 0 ? 0 : i == 1 ? vectors - 1 : draw(0, static_cast<int>(vectors - 1)));
+    int32_t o[kMaxSpatial], origin[kMaxSpatial];
+    unravel<ND>(l, g.out, o);
+    window_origin<ND>(g, o, origin);
+    std::vector<uint4> dst(K * row_vectors + 1);
+    std::memset(dst.data(), kUnwritten, dst.size() * sizeof(uint4));
+    copy_cf_taps_strided<ND, false, V>(xv.data(), dst.data(), g, origin, row_vectors);
+    for (int64_t r = 0; r < static_cast<int64_t>(dst.size()); ++r) {
+      const T* got = reinterpret_cast<const T*>(&dst[r]);
+      for (int e = 0; e < V; ++e) {
+        T want;
+        if (r % row_vectors == 0 && r / row_vectors < K) {
+          const int64_t s = source(g, l + e, r / row_vectors);
+          want = s >= 0 ? x[s] : T(0);
+        } else {
+          std::memset(&want, kUnwritten, sizeof(T));
+        }
+        ok = ok && got[e] == want;
+      }
+    }
+    if (!ok)
+      std::printf("FAIL: %zu-byte, nd %d, kernel (%lld %lld %lld), in (%lld %lld %lld), pad_lo %lld, dilation %lld, "
+                  "l %lld\n",
+                  sizeof(T), ND, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
+                  static_cast<long long>(g.kernel[2]), static_cast<long long>(g.in[0]),
+                  static_cast<long long>(g.in[1]), static_cast<long long>(g.in[2]),
+                  static_cast<long long>(g.pad_lo[last]), static_cast<long long>(g.rhs_dilation[last]),
+                  static_cast<long long>(l));
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  Tally run;
+  for (int i = 0; i < 300; ++i) {
+    run(one_case<uint16_t, 1>());
+    run(one_case<uint16_t, 2>());
+    run(one_case<uint16_t, 3>());
+    run(one_case<uint32_t, 1>());
+    run(one_case<uint32_t, 2>());
+    run(one_case<uint32_t, 3>());
+  }
+  std::printf("%d geometries ran, %d refused\n", cases, refused);
+  run(cases > 800 && refused > 50);
+  return run.report();
+}
