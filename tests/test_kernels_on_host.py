@@ -36,7 +36,7 @@ def _cuda_include() -> pathlib.Path | None:
                                     "tile_fill_on_host.cc", "unfold_write_on_host.cc", "unfold_cl_write_on_host.cc",
                                     "unfold_planes_on_host.cc", "unfold_cl_index_on_host.cc", "unfold_cl_taps_on_host.cc",
                                     "unfold_cf_vectors_on_host.cc", "unfold_cl_groups_on_host.cc",
-                                    "unfold_cf_strided_on_host.cc",
+                                    "unfold_cf_strided_on_host.cc", "unfold_cf_flat_strided_on_host.cc",
                                     "cpu_unfold_on_host.cc"])
 def test_cuda_kernel_on_host(source, tmp_path):
   cxx, include = shutil.which("g++") or shutil.which("c++"), _cuda_include()

@@ -407,13 +407,19 @@ LARGE_CASES = [
     # shifted by every amount, some wholly outside the line.
     pytest.param(Case.make((12, 40), (3, 3), dilation=(1, 3), padding=((1, 1), (-2, 8)), c=3),
                  id="2d-cf-vectors-crop"),
-    # The channels-first vector unfold at stride 2 (unfold_cf_strided.cuh):
-    # the last dimension cropped on one side and padded on the other (taps
-    # of both parities, some vectors outside the line); dilated taps in 3-D.
-    pytest.param(Case.make((6, 48), (3, 3), stride=(1, 2), padding=((1, 1), (-1, 3)), c=3),
+    # The channels-first vector unfold at stride 2 (unfold_cf_strided.cuh,
+    # float32, 5 taps a line): the last dimension cropped on one side and
+    # padded on the other (taps of both parities, some vectors outside the
+    # line); dilated lines in 3-D.
+    pytest.param(Case.make((6, 48), (3, 5), stride=(1, 2), padding=((1, 1), (-1, 4)), c=3),
                  id="2d-cf-strided-crop"),
-    pytest.param(Case.make((3, 5, 48), (2, 2, 3), stride=(1, 1, 2), dilation=(1, 1, 2),
+    pytest.param(Case.make((3, 5, 48), (2, 2, 5), stride=(1, 1, 2), dilation=(1, 2, 1),
                            padding=((0, 1), (1, 0), (2, 2)), n=2, c=2), id="3d-cf-strided-dilated"),
+    # The 1-D channels-first unfold at stride 2 written flat
+    # (unfold_cf_flat_strided.cuh): rows of 388 positions (vectors cross
+    # rows), dilated taps, padding on both sides.
+    pytest.param(Case.make((777,), (4,), stride=(2,), dilation=(3,), padding=((5, 2),), n=3, c=5),
+                 id="1d-cf-flat-strided"),
     # The channels-last unfold in groups of positions (unfold_cl_groups.cuh):
     # rows of 90 entries (4 positions are whole 16-byte vectors in 2-byte
     # types, 2 in float32), a dilated window cropped above, 3 images.

@@ -25,6 +25,7 @@
 #include "device_util.cuh"
 #include "device_info.h"
 #include "tile.cuh"
+#include "unfold_cf_flat_strided.cuh"
 #include "unfold_cf_strided.cuh"
 #include "unfold_cf_vectors.cuh"
 #include "unfold_cl_groups.cuh"
@@ -113,7 +114,7 @@ unfold_cf_vector_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
     uint4* dst = reinterpret_cast<uint4*>(cols + n * lay.image_stride + c * g.kernel_size * lay.row_stride +
                                           static_cast<int64_t>(vec) * V);
     if constexpr (STRIDED)
-      copy_cf_taps_strided<ND, STREAM, V>(xc, dst, g, origin, lay.row_stride / V);
+      copy_cf_taps_strided<ND, STREAM>(xc, dst, g, origin, lay.row_stride / V);
     else
       copy_cf_taps<ND, kCfTapBatch, STREAM, V, kCfTapLines<ND>>(xc, dst, g, origin, lay.row_stride / V);
   }
@@ -236,6 +237,14 @@ unfold_cf_planes_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry 
   stage_planes<VECTOR_LOADS>(staged, loads, p, runs);
   __syncthreads();
   write_planes<STREAM>(staged, cols + run0 * p.run_planes * g.kernel_size * g.out_size, off, p, runs);
+}
+
+// 1-D channels-first columns at stride 2 without gaps, a 16-byte vector of
+// them a thread (unfold_cf_flat_strided.cuh).
+template <typename U, bool STREAM>
+__global__ void __launch_bounds__(kThreads)
+unfold_cf_flat_strided_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g, FlatStridedPlan p) {
+  for (int64_t t = grid_start(); t < p.vectors; t += grid_step()) write_flat_strided_vector<STREAM>(x, cols, g, p, t);
 }
 
 // 2-D channels-last rows of few channels in groups of positions that are
@@ -470,6 +479,14 @@ bool cf_strided_on() {
   return on;
 }
 
+// 1-D channels-first columns at stride 2 are written flat where they leave
+// no gaps (unfold_cf_flat_strided.cuh; BENCHMARKS.md, step 100);
+// JAX_IM2COL_NO_CF_FLAT_STRIDED=1 leaves them to the tiled unfold.
+bool cf_flat_strided_on() {
+  static const bool on = kernel_on("JAX_IM2COL_NO_CF_FLAT_STRIDED");
+  return on;
+}
+
 // The planes unfold stages its runs skewed (unfold_planes.cuh, fewer bank
 // conflicts; BENCHMARKS.md, step 97); JAX_IM2COL_NO_PLANES_SKEW=1 stages
 // them flat.
@@ -510,7 +527,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   if (!channels_last && cf_vectors_on()) {
     const bool plain = cf_vector_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols);
     const int64_t threads = nc * C * (lay.lc / V);
-    if constexpr (sizeof(U) <= 4) {
+    if constexpr (sizeof(U) == 4) {
       if (!plain && cf_strided_on() && cf_strided_unfold_fits(g, lay, sizeof(U), x + n0 * C * g.in_size, cols) &&
           threads < (int64_t{1} << 31)) {
         unfold_cf_vector_kernel<ND, U, STREAM, true><<<blocks_for(threads), kThreads, 0, stream>>>(
@@ -521,6 +538,15 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     if (plain && threads < (int64_t{1} << 31)) {
       unfold_cf_vector_kernel<ND, U, STREAM><<<blocks_for(threads), kThreads, 0, stream>>>(
           x, cols, g, C, n0, lay, threads, cf_vector_divisors<ND>(g, lay, C, V));
+      return cudaGetLastError();
+    }
+  }
+  if constexpr (ND == 1 && sizeof(U) <= 4) {
+    FlatStridedPlan fp;
+    const U* x_chunk = x + n0 * C * g.in_size;
+    if (!channels_last && cf_flat_strided_on() &&
+        plan_cf_flat_strided(g, lay, C, nc, sizeof(U), x_chunk, cols, &fp)) {
+      unfold_cf_flat_strided_kernel<U, STREAM><<<blocks_for(fp.vectors), kThreads, 0, stream>>>(x_chunk, cols, g, fp);
       return cudaGetLastError();
     }
   }

@@ -1,18 +1,19 @@
 // The channels-first vector unfold at stride 2 along the last dimension
-// (columns.cu, unfold_cf_vector_kernel with STRIDED): as at stride 1
-// (unfold_cf_vectors.cuh), a thread takes V consecutive positions of one
-// output line of one (n, c) and writes them for every tap, but a window line
-// is loaded once for all its taps. Its V positions read, at tap kw, every
-// other element from s + kw * dilation (s = 2 * o - pad_lo, o a multiple of
-// V): all of a line's taps lie in the 4 aligned vectors from s / V (floored)
-// where (KW - 1) * dilation <= V + 2 (the stem's 7 taps). The thread splits
-// those 4V elements into their even and odd ones (2V each, byte permutes for
-// 2-byte types, none for 4-byte ones); tap kw's elements are then V
-// consecutive ones of one of the two, from (s mod V + kw * dilation) / 2,
-// shifted out of whole words as at stride 1, the shift the same for the
-// whole warp. The next line's vectors load while this one's taps store.
-// Loading 3 vectors a tap instead (step 96) was 5-20% slower than the tiled
-// unfold (BENCHMARKS.md, step 99).
+// (columns.cu, unfold_cf_vector_kernel with STRIDED), for 4-byte types: as
+// at stride 1 (unfold_cf_vectors.cuh), a thread takes 4 consecutive
+// positions of one output line of one (n, c) and writes them for every tap,
+// but a window line is loaded once for all its taps. Its positions read, at
+// tap kw, every other element from s + kw * dilation (s = 2 * o - pad_lo, o
+// a multiple of 4): all of a line's taps lie in the 4 aligned vectors from
+// s / 4 (floored) where (KW - 1) * dilation <= 6. Their even and odd
+// elements are 8 words each; tap kw's elements are 4 consecutive ones of one
+// of the two, from (s mod 4 + kw * dilation) / 2, the same for the whole
+// warp. The next line's vectors load while this one's taps store.
+// Measured (BENCHMARKS.md, step 99): the float32 stem (7 taps a line) 72.9
+// -> 65.1 us against the tiled unfold; 3 x 3 windows at stride 2 2% slower
+// (3 taps share the 4 loads), the bfloat16 stem 1% slower (its split takes
+// 16 byte permutes a line), so both stay tiled: at least 5 taps a line, 4-byte
+// types. Loading 3 vectors a tap instead (step 96) was 5-20% slower.
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,11 @@ namespace im2col::cuda {
 inline bool cf_strided_unfold_fits(const Geometry& g, const ColumnsLayout& lay, size_t elem_bytes, const void* x,
                                    const void* cols) {
   const int last = g.nd - 1;
-  const int64_t V = 16 / static_cast<int64_t>(elem_bytes);
-  return (elem_bytes == 2 || elem_bytes == 4) && !g.any_lhs_dilation && g.kernel_size > 1 &&
-         g.stride[last] == 2 && (g.kernel[last] - 1) * g.rhs_dilation[last] <= V + 2 && g.out[last] % V == 0 &&
-         g.in[last] % V == 0 && lay.l0 % V == 0 && lay.lc % V == 0 && lay.row_stride % V == 0 &&
-         lay.image_stride % V == 0 && aligned_to(x, 16) && aligned_to(cols, 16);
+  constexpr int64_t V = 4;
+  return elem_bytes == 4 && !g.any_lhs_dilation && g.stride[last] == 2 && g.kernel[last] >= 5 &&
+         (g.kernel[last] - 1) * g.rhs_dilation[last] <= V + 2 && g.out[last] % V == 0 && g.in[last] % V == 0 &&
+         lay.l0 % V == 0 && lay.lc % V == 0 && lay.row_stride % V == 0 && lay.image_stride % V == 0 &&
+         aligned_to(x, 16) && aligned_to(cols, 16);
 }
 
 // A window line's 4 vectors from vector q of the line (zeros outside the
@@ -50,49 +51,41 @@ __device__ __forceinline__ StridedLine load_strided_line(const uint4* src, bool 
   return l;
 }
 
-// The line's even and odd elements, 2V of each, as 8 words each.
+// The line's even and odd elements, 8 words each.
 struct Parities {
   uint32_t even[8], odd[8];
 };
 
-template <int V>
 __device__ __forceinline__ Parities split_parities(const StridedLine& l) {
-  static_assert(V == 4 || V == 8, "4- and 2-byte elements");
   const uint32_t w[16] = {l.v[0].x, l.v[0].y, l.v[0].z, l.v[0].w, l.v[1].x, l.v[1].y, l.v[1].z, l.v[1].w,
                           l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w, l.v[3].x, l.v[3].y, l.v[3].z, l.v[3].w};
   Parities p;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    if constexpr (V == 4) {
-      p.even[i] = w[2 * i];
-      p.odd[i] = w[2 * i + 1];
-    } else {  // the low and the high halves of two words
-      p.even[i] = __byte_perm(w[2 * i], w[2 * i + 1], 0x5410);
-      p.odd[i] = __byte_perm(w[2 * i], w[2 * i + 1], 0x7632);
-    }
+    p.even[i] = w[2 * i];
+    p.odd[i] = w[2 * i + 1];
   }
   return p;
 }
 
-// The 16 bytes of w from byte b (0-16, the same for the whole warp).
-__device__ __forceinline__ uint4 words_at(const uint32_t (&w)[8], int32_t b) {
-  const uint32_t bits = 8u * static_cast<uint32_t>(b & 3);
-  auto f = [bits](uint32_t a, uint32_t c) { return __funnelshift_r(a, c, bits); };
-  switch (b >> 2) {
-    case 0: return make_uint4(f(w[0], w[1]), f(w[1], w[2]), f(w[2], w[3]), f(w[3], w[4]));
-    case 1: return make_uint4(f(w[1], w[2]), f(w[2], w[3]), f(w[3], w[4]), f(w[4], w[5]));
-    case 2: return make_uint4(f(w[2], w[3]), f(w[3], w[4]), f(w[4], w[5]), f(w[5], w[6]));
-    case 3: return make_uint4(f(w[3], w[4]), f(w[4], w[5]), f(w[5], w[6]), f(w[6], w[7]));
+// Words i .. i + 3 of w (i: 0-4, the same for the whole warp).
+__device__ __forceinline__ uint4 words_from(const uint32_t (&w)[8], int32_t i) {
+  switch (i) {
+    case 0: return make_uint4(w[0], w[1], w[2], w[3]);
+    case 1: return make_uint4(w[1], w[2], w[3], w[4]);
+    case 2: return make_uint4(w[2], w[3], w[4], w[5]);
+    case 3: return make_uint4(w[3], w[4], w[5], w[6]);
     default: return make_uint4(w[4], w[5], w[6], w[7]);
   }
 }
 
-// Copies the V positions whose window starts at `origin` (the first
+// Copies the 4 positions whose window starts at `origin` (the first
 // position's; x_plane: the (n, c) input plane as vectors) at each tap, to
 // dst (the first tap's row), rows row_vectors apart.
-template <int ND, bool STREAM, int V>
+template <int ND, bool STREAM>
 __device__ __forceinline__ void copy_cf_taps_strided(const uint4* x_plane, uint4* dst, const Geometry& g,
                                                      const int32_t* origin, int64_t row_vectors) {
+  constexpr int32_t V = 4;
   const int32_t KW = static_cast<int32_t>(g.kernel[ND - 1]), dW = static_cast<int32_t>(g.rhs_dilation[ND - 1]);
   const int32_t line_vectors = static_cast<int32_t>(g.in[ND - 1]) / V;
   const int32_t lines = static_cast<int32_t>(g.kernel_size) / KW;
@@ -111,12 +104,11 @@ __device__ __forceinline__ void copy_cf_taps_strided(const uint4* x_plane, uint4
       src = window_line<ND>(x_plane, g, origin, k, line_vectors, inside);
       next = load_strided_line(src, inside, line_vectors, q);
     }
-    const Parities p = split_parities<V>(line);
+    const Parities p = split_parities(line);
     int32_t s = r;
 #pragma unroll 1
     for (int32_t kw = 0; kw < KW; ++kw, s += dW, dst += row_vectors) {
-      const int32_t b = (s >> 1) * (16 / V);
-      store_maybe_streaming<STREAM>(dst, (s & 1) ? words_at(p.odd, b) : words_at(p.even, b));
+      store_maybe_streaming<STREAM>(dst, (s & 1) ? words_from(p.odd, s >> 1) : words_from(p.even, s >> 1));
     }
     line = next;
   }
