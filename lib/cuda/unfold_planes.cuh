@@ -23,8 +23,10 @@
 // threads 8 apart hit one bank (ncu: 3.3-way conflicts on 14 x 14 bfloat16
 // maps). Staged element e sits at e + (e / every) * pad, a pad of 4 bytes
 // (8 for 8-byte types) after every 128: the 4 groups of 8 threads then read
-// 4 different banks. Runs are whole 128-byte chunks, so the skew of an offset
-// is the same in every run.
+// 4 different banks; warps that span two taps still collide (1.9
+// wavefronts a read). Runs are whole 128-byte chunks, so the skew of an
+// offset is the same in every run. c256 bfloat16 10.88 -> 10.31 us, the
+// 7 x 7 rows level (BENCHMARKS.md, step 97).
 #pragma once
 
 #include <algorithm>
