@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -118,6 +119,32 @@ std::vector<double> fold_cf_reference(const Geometry& g, const ColumnsLayout& la
         }
     }
   return want;
+}
+
+// Whether the rows a thread's vector of V positions wrote from l (dst, rows
+// row_vectors 16-byte vectors apart, filled with `unwritten` bytes before)
+// hold, in row k < K, what tap k reads for those positions (x, 0 for
+// padding), and nothing elsewhere: the channels-first vector unfolds'
+// tap copies (unfold_cf_vectors.cuh, unfold_cf_strided.cuh).
+template <typename T, typename Vector>
+bool tap_rows_match(const std::vector<Vector>& dst, int64_t row_vectors, const Geometry& g, int64_t l, const T* x,
+                    unsigned char unwritten) {
+  constexpr int V = sizeof(Vector) / sizeof(T);
+  bool ok = true;
+  for (int64_t r = 0; r < static_cast<int64_t>(dst.size()); ++r) {
+    const T* got = reinterpret_cast<const T*>(&dst[r]);
+    for (int e = 0; e < V; ++e) {
+      T want;
+      if (r % row_vectors == 0 && r / row_vectors < g.kernel_size) {
+        const int64_t s = source(g, l + e, r / row_vectors);
+        want = s >= 0 ? x[s] : T(0);
+      } else {
+        std::memset(&want, unwritten, sizeof(T));
+      }
+      ok = ok && got[e] == want;
+    }
+  }
+  return ok;
 }
 
 // Counts the cases' outcomes and prints the summary line that

@@ -54,19 +54,7 @@ bool one_case() {
     std::vector<uint4> dst(K * row_vectors + 1);
     std::memset(dst.data(), kUnwritten, dst.size() * sizeof(uint4));
     copy_cf_taps<ND, BATCH, false, V, LINES>(xv.data(), dst.data(), g, origin, row_vectors);
-    for (int64_t r = 0; r < static_cast<int64_t>(dst.size()); ++r) {
-      const T* got = reinterpret_cast<const T*>(&dst[r]);
-      for (int e = 0; e < V; ++e) {
-        T want;
-        if (r % row_vectors == 0 && r / row_vectors < K) {
-          const int64_t s = source(g, l + e, r / row_vectors);
-          want = s >= 0 ? x[s] : T(0);
-        } else {
-          std::memset(&want, kUnwritten, sizeof(T));
-        }
-        ok = ok && got[e] == want;
-      }
-    }
+    ok = tap_rows_match(dst, row_vectors, g, l, x, kUnwritten);
     if (!ok)
       std::printf("FAIL: %zu-byte, nd %d, batch %d, lines %d, kernel (%lld %lld %lld), in (%lld %lld %lld), pad_lo %lld, "
                   "dilation %lld, l %lld\n",
