@@ -104,53 +104,68 @@ __host__ __device__ __forceinline__ ClGroupOffsets<U> cl_group_offsets(const Geo
   return off;
 }
 
-// The shared-memory wavefronts of the first `warps` warps' reads: for each
-// warp and entry of a vector, the most distinct 4-byte words one of the 32
-// banks serves.
+// Warp w's reads at any pitch: entry k of lane t reads tile element
+// at[t][k] + lines[t][k] * pitch (offsets are linear in the pitch).
 template <typename U>
-int64_t cl_groups_wavefronts(const Geometry& g, int64_t C, const ClGroupsPlan& p, int32_t warps) {
+struct ClGroupsReads {
+  int32_t lanes = 0;
+  int64_t at[32][16 / sizeof(U)], lines[32][16 / sizeof(U)];
+};
+
+template <typename U>
+ClGroupsReads<U> cl_groups_reads(const Geometry& g, int64_t C, ClGroupsPlan p, int32_t w) {
   constexpr int V = 16 / sizeof(U);
-  const int32_t threads = std::min(p.slots * p.vectors, 32 * warps);
   const int64_t group_step = p.positions * g.stride[1] * C;
-  int64_t total = 0;
-  for (int32_t w = 0; w * 32 < threads; ++w) {
-    int64_t words[32][V];
-    const int32_t lanes = std::min(32, threads - w * 32);
-    for (int32_t t = 0; t < lanes; ++t) {
-      const int32_t i = w * 32 + t;
-      const ClGroupOffsets<U> off = cl_group_offsets<U>(g, C, p, i % p.vectors);
-      for (int k = 0; k < V; ++k)
-        words[t][k] = ((i / p.vectors) * group_step + off.v[k]) * static_cast<int64_t>(sizeof(U)) / 4;
-    }
+  ClGroupsReads<U> r;
+  r.lanes = std::min(32, p.slots * p.vectors - w * 32);
+  for (int32_t t = 0; t < r.lanes; ++t) {
+    const int32_t i = w * 32 + t;
+    p.pitch = 0;
+    const ClGroupOffsets<U> at = cl_group_offsets<U>(g, C, p, i % p.vectors);
+    p.pitch = 1;
+    const ClGroupOffsets<U> next = cl_group_offsets<U>(g, C, p, i % p.vectors);
     for (int k = 0; k < V; ++k) {
-      int64_t bank[32][32];
-      int32_t in_bank[32] = {}, most = 0;
-      for (int32_t t = 0; t < lanes; ++t) {
-        const int64_t word = words[t][k];
-        const int32_t b = static_cast<int32_t>(word % 32);
-        if (std::find(bank[b], bank[b] + in_bank[b], word) == bank[b] + in_bank[b]) {
-          bank[b][in_bank[b]++] = word;
-          most = std::max(most, in_bank[b]);
-        }
-      }
-      total += most;
+      r.at[t][k] = (i / p.vectors) * group_step + at.v[k];
+      r.lines[t][k] = next.v[k] - at.v[k];
     }
+  }
+  return r;
+}
+
+// The wavefronts of those reads at `pitch`: for each entry of a vector, the
+// most distinct 4-byte words one of the 32 banks serves.
+template <typename U>
+int64_t cl_groups_wavefronts(const ClGroupsReads<U>& r, int64_t pitch) {
+  constexpr int V = 16 / sizeof(U);
+  int64_t total = 0;
+  for (int k = 0; k < V; ++k) {
+    int64_t bank[32][32];
+    int32_t in_bank[32] = {}, most = 0;
+    for (int32_t t = 0; t < r.lanes; ++t) {
+      const int64_t word = (r.at[t][k] + r.lines[t][k] * pitch) * static_cast<int64_t>(sizeof(U)) / 4;
+      const int32_t b = static_cast<int32_t>(word % 32);
+      if (std::find(bank[b], bank[b] + in_bank[b], word) == bank[b] + in_bank[b]) {
+        bank[b][in_bank[b]++] = word;
+        most = std::max(most, in_bank[b]);
+      }
+    }
+    total += most;
   }
   return total;
 }
 
-// The pitch with the fewest modelled conflicts in the first 4 warps among a
+// The pitch with the fewest modelled conflicts in the first warp among a
 // line's elements rounded to a word plus 0-7 words (the stem's 2-byte
 // entries: 1.9 wavefronts a read on 344 words, 3.7 on 351).
 template <typename U>
-int32_t cl_groups_pitch(const Geometry& g, int64_t C, ClGroupsPlan* p) {
+int32_t cl_groups_pitch(const Geometry& g, int64_t C, const ClGroupsPlan& p) {
   constexpr int64_t word = sizeof(U) >= 4 ? 1 : 4 / sizeof(U);
-  const int64_t width = static_cast<int64_t>(p->tile_width) * C, base = (width + word - 1) / word * word;
+  const int64_t width = static_cast<int64_t>(p.tile_width) * C, base = (width + word - 1) / word * word;
+  const ClGroupsReads<U> reads = cl_groups_reads<U>(g, C, p, 0);
   int64_t best = -1, best_pitch = base;
   for (int64_t k = 0; k < 8; ++k) {
-    p->pitch = static_cast<int32_t>(base + k * word);
-    const int64_t w = cl_groups_wavefronts<U>(g, C, *p, 1);
-    if (best < 0 || w < best) best = w, best_pitch = p->pitch;
+    const int64_t w = cl_groups_wavefronts(reads, base + k * word);
+    if (best < 0 || w < best) best = w, best_pitch = base + k * word;
   }
   return static_cast<int32_t>(best_pitch);
 }
@@ -200,7 +215,7 @@ bool plan_cl_groups(const Geometry& g, const ColumnsLayout& lay, int64_t C, int6
   p->row_vectors = static_cast<int32_t>(row_vectors);
   p->loads = static_cast<int32_t>(loads);
   p->blocks = nc * row_blocks;
-  p->pitch = cl_groups_pitch<U>(g, C, p);
+  p->pitch = cl_groups_pitch<U>(g, C, *p);
   p->smem = static_cast<size_t>(tile_lines) * p->pitch * sizeof(U);
   p->row_blocks = FastDiv(row_blocks);
   p->load_rows = FastDiv(row_vectors);

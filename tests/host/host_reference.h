@@ -147,6 +147,51 @@ bool tap_rows_match(const std::vector<Vector>& dst, int64_t row_vectors, const G
   return ok;
 }
 
+// Widens the high padding of the last dimension until the output lines are
+// whole runs of V positions (at most `tries` steps); false where they never
+// became so.
+inline bool grow_to_vector_lines(Geometry& g, int64_t* pad_hi, int64_t V, int tries) {
+  const int last = g.nd - 1;
+  finish_geometry(g, pad_hi);
+  for (int grow = 0; grow < tries && (g.out[last] <= 0 || g.out[last] % V != 0); ++grow) {
+    ++pad_hi[last];
+    finish_geometry(g, pad_hi);
+  }
+  return g.out_size > 0 && g.out[last] % V == 0;
+}
+
+// A channels-first vector unfold's tap copy, copy(origin, dst), run for 10
+// vectors of V positions (the first, the last and 8 drawn) into rows
+// row_vectors apart, each checked by tap_rows_match; `what` names the
+// kernel in a failure's line.
+template <int ND, typename T, typename Copy>
+bool tap_copies_match(const Geometry& g, const T* x, int64_t row_vectors, unsigned char unwritten, const char* what,
+                      Copy copy) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t vectors = g.out_size / V;
+  for (int i = 0; i < 10; ++i) {
+    const int64_t l = V * (i == 0 ? 0 : i == 1 ? vectors - 1 : draw(0, static_cast<int>(vectors - 1)));
+    int32_t o[kMaxSpatial], origin[kMaxSpatial];
+    unravel<ND>(l, g.out, o);
+    window_origin<ND>(g, o, origin);
+    std::vector<uint4> dst(g.kernel_size * row_vectors + 1);
+    std::memset(dst.data(), unwritten, dst.size() * sizeof(uint4));
+    copy(origin, dst.data());
+    if (!tap_rows_match(dst, row_vectors, g, l, x, unwritten)) {
+      const int last = ND - 1;
+      std::printf("FAIL: %s, %zu-byte, nd %d, kernel (%lld %lld %lld), in (%lld %lld %lld), pad_lo %lld, "
+                  "dilation %lld, l %lld\n",
+                  what, sizeof(T), ND, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
+                  static_cast<long long>(g.kernel[2]), static_cast<long long>(g.in[0]),
+                  static_cast<long long>(g.in[1]), static_cast<long long>(g.in[2]),
+                  static_cast<long long>(g.pad_lo[last]), static_cast<long long>(g.rhs_dilation[last]),
+                  static_cast<long long>(l));
+      return false;
+    }
+  }
+  return true;
+}
+
 // Counts the cases' outcomes and prints the summary line that
 // tests/test_kernels_on_host.py reads; report() is main's exit status.
 struct Tally {

@@ -33,38 +33,17 @@ bool one_case() {
   g.stride[last] = 1;
   if (draw(0, 1)) g.kernel[last] = draw(1, 8);
   g.in[last] = V * draw(1, 5);
-  finish_geometry(g, pad_hi);
-  for (int grow = 0; grow < 2 * V && (g.out[last] <= 0 || g.out[last] % V != 0); ++grow) {
-    ++pad_hi[last];  // wider padding on the high side until the output line is whole vectors
-    finish_geometry(g, pad_hi);
-  }
-  if (g.out_size <= 0 || g.out[last] % V != 0) return true;
+  if (!grow_to_vector_lines(g, pad_hi, V, 2 * V)) return true;
   ++cases;
   std::vector<uint4> xv((g.in_size * sizeof(T) + 15) / 16);
   T* x = reinterpret_cast<T*>(xv.data());
   for (int64_t p = 0; p < g.in_size; ++p) x[p] = static_cast<T>(p + 1);
-  const int64_t K = g.kernel_size, row_vectors = draw(1, 3);
-  bool ok = true;
-  for (int i = 0; i < 10 && ok; ++i) {
-    const int64_t vectors = g.out_size / V;
-    const int64_t l = V * (i == 0 ? 0 : i == 1 ? vectors - 1 : draw(0, static_cast<int>(vectors - 1)));
-    int32_t o[kMaxSpatial], origin[kMaxSpatial];
-    unravel<ND>(l, g.out, o);
-    window_origin<ND>(g, o, origin);
-    std::vector<uint4> dst(K * row_vectors + 1);
-    std::memset(dst.data(), kUnwritten, dst.size() * sizeof(uint4));
-    copy_cf_taps<ND, BATCH, false, V, LINES>(xv.data(), dst.data(), g, origin, row_vectors);
-    ok = tap_rows_match(dst, row_vectors, g, l, x, kUnwritten);
-    if (!ok)
-      std::printf("FAIL: %zu-byte, nd %d, batch %d, lines %d, kernel (%lld %lld %lld), in (%lld %lld %lld), pad_lo %lld, "
-                  "dilation %lld, l %lld\n",
-                  sizeof(T), ND, BATCH, LINES, static_cast<long long>(g.kernel[0]), static_cast<long long>(g.kernel[1]),
-                  static_cast<long long>(g.kernel[2]), static_cast<long long>(g.in[0]),
-                  static_cast<long long>(g.in[1]), static_cast<long long>(g.in[2]),
-                  static_cast<long long>(g.pad_lo[last]), static_cast<long long>(g.rhs_dilation[last]),
-                  static_cast<long long>(l));
-  }
-  return ok;
+  const int64_t row_vectors = draw(1, 3);
+  char what[40];
+  std::snprintf(what, sizeof(what), "batch %d, lines %d", BATCH, LINES);
+  return tap_copies_match<ND>(g, x, row_vectors, kUnwritten, what, [&](const int32_t* origin, uint4* dst) {
+    copy_cf_taps<ND, BATCH, false, V, LINES>(xv.data(), dst, g, origin, row_vectors);
+  });
 }
 
 }  // namespace

@@ -158,7 +158,9 @@ double stem_wavefronts() {
   ClGroupsPlan p;
   if (!plan_cl_groups<U>(g, lay, C, 1, store.data(), store.data(), 2, &p)) return -1;
   const int32_t warps = (p.slots * p.vectors + 31) / 32;
-  return static_cast<double>(cl_groups_wavefronts<U>(g, C, p, warps)) / (warps * V);
+  int64_t wavefronts = 0;
+  for (int32_t w = 0; w < warps; ++w) wavefronts += cl_groups_wavefronts(cl_groups_reads<U>(g, C, p, w), p.pitch);
+  return static_cast<double>(wavefronts) / (warps * V);
 }
 
 }  // namespace
