@@ -59,25 +59,35 @@ set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 find_package(CUDAToolkit REQUIRED)
 
+# One list per folder of lib/, as the source tree is laid out by op family.
+set(jax_im2col_cuda_common lib/common/relayout.cu)
+set(jax_im2col_cuda_columns lib/columns/columns.cu)
+set(jax_im2col_cuda_conv
+  lib/conv/conv_call.cc
+  lib/conv/gemm/blas_handles.cc
+  lib/conv/gemm/gemm_conv.cu
+  lib/conv/implicit/implicit_conv.cu
+  lib/conv/implicit/implicit_gemm.cu
+  lib/conv/implicit/implicit_gemm_sm90.cu
+  lib/conv/implicit/implicit_halo_sm90.cu
+  lib/conv/implicit/implicit_filter_gradient.cu
+  lib/conv/direct/direct_conv.cu
+  lib/conv/direct/direct_filter.cu
+  lib/conv/direct/direct_filter_1d.cu
+  lib/conv/direct/direct_filter_2d.cu
+  lib/conv/direct/direct_filter_3d.cu
+  lib/conv/direct/grouped_conv.cu
+  lib/conv/depthwise/depthwise_rows.cu
+  lib/conv/conv1d/conv_1d_cf.cu
+  lib/conv/conv1d/conv_1d_cf_conv.cc)
+set(jax_im2col_cuda_ffi
+  lib/ffi/cuda_module.cc
+  lib/ffi/columns_handlers.cc
+  lib/ffi/conv_handlers.cu)
+
 nanobind_add_module(_cuda NB_STATIC
-  lib/cuda/module.cc
-  lib/cuda/blas_handles.cc
-  lib/cuda/columns.cu
-  lib/cuda/conv_1d_cf.cu
-  lib/cuda/depthwise_rows.cu
-  lib/cuda/direct_conv.cu
-  lib/cuda/direct_filter.cu
-  lib/cuda/direct_filter_1d.cu
-  lib/cuda/direct_filter_2d.cu
-  lib/cuda/direct_filter_3d.cu
-  lib/cuda/grouped_conv.cu
-  lib/cuda/implicit_filter_gradient.cu
-  lib/cuda/implicit_gemm.cu
-  lib/cuda/implicit_gemm_sm90.cu
-  lib/cuda/implicit_halo_sm90.cu
-  lib/cuda/relayout.cu
-  lib/cuda/unfold_fold.cc
-  lib/cuda/conv.cu)
+  ${jax_im2col_cuda_common} ${jax_im2col_cuda_columns} ${jax_im2col_cuda_conv}
+  ${jax_im2col_cuda_ffi})
 target_include_directories(_cuda SYSTEM PRIVATE ${XLA_FFI_INCLUDE_DIR} ${cublas_include})
 target_include_directories(_cuda PRIVATE lib)
 target_link_libraries(_cuda PRIVATE CUDA::cudart_static "${cublas_library}")
@@ -85,7 +95,7 @@ set_target_properties(_cuda PROPERTIES
   CUDA_SEPARABLE_COMPILATION OFF
   INSTALL_RPATH "$ORIGIN/../nvidia/cu13/lib;${cublas_rpath}"
   BUILD_WITH_INSTALL_RPATH OFF)
-# The Hopper kernel exists only in an sm_90a build (implicit_gemm_sm90.cu).
+# The Hopper kernels exist only in an sm_90a build (conv/implicit/*_sm90.cu).
 if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "90a-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
   target_compile_definitions(_cuda PRIVATE JAX_IM2COL_SM90A=1)
 endif()

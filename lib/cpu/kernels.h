@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../geometry.h"
-#include "half.h"
+#include "common/geometry.h"
+#include "cpu/half.h"
 
 namespace im2col::cpu {
 

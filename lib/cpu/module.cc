@@ -2,8 +2,8 @@
 // that hands them to Python. Target names match the CUDA module's.
 #include <cstdint>
 
-#include "../ffi_window.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
+#include "ffi/window_attrs.h"
 #include "nanobind/nanobind.h"
 #include "xla/ffi/api/ffi.h"
 

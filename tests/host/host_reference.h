@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "geometry.h"
+#include "common/geometry.h"
 
 namespace im2col {
 

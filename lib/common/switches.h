@@ -1,0 +1,83 @@
+// Every tuning switch of the CUDA module, in one table: the enum name, the
+// environment variable, and what it turns off. A switch is on unless its
+// variable is "1"; each exists for same-run comparisons of a kernel against
+// the path it replaced (docs/optimization-log.md has the measurements). The
+// environment is read once per process, on the first query.
+#pragma once
+
+#include <array>
+#include <cstdlib>
+
+namespace im2col {
+
+#define IM2COL_SWITCHES(X) \
+  X(kHalo, "JAX_IM2COL_NO_HALO", \
+    "the Hopper implicit GEMM from staged input halos for unit-stride windows (conv/implicit/implicit_halo_sm90.cu)") \
+  X(kWholeFill, "JAX_IM2COL_NO_WHOLE_FILL", \
+    "whole-input tiles filled flat rather than line by line (common/tile.cuh)") \
+  X(kClPairs, "JAX_IM2COL_NO_CL_PAIRS", \
+    "channels-last tiled unfold rows written two positions at a time (columns/unfold_cl_write.cuh)") \
+  X(kClPlainTaps, "JAX_IM2COL_NO_CL_PLAIN_TAPS", \
+    "channels-last vector unfold: taps without lhs dilation in a tight loop (columns/unfold_cl_taps.cuh)") \
+  X(kCfVectors, "JAX_IM2COL_NO_CF_VECTORS", \
+    "channels-first unfold on 16-byte vectors of positions (columns/unfold_cf_vectors.cuh)") \
+  X(kClTapLines, "JAX_IM2COL_NO_CL_TAP_LINES", \
+    "channels-last vector unfold: three lines of taps loaded at a time in 2-D and 3-D (columns/unfold_cl_taps.cuh)") \
+  X(kClFastIndex, "JAX_IM2COL_NO_CL_FAST_INDEX", \
+    "channels-last vector unfold: index math by multiply-shift divisions (columns/unfold_cl_index.cuh)") \
+  X(kCfStreaming, "JAX_IM2COL_NO_CF_STREAMING", \
+    "2-D 4-byte channels-first columns of the unfold primitive stored streaming (columns/unfold_write.cuh)") \
+  X(kUnfoldPairs, "JAX_IM2COL_NO_UNFOLD_PAIRS", \
+    "2-byte channels-first columns written a pair of positions at a time (columns/unfold_write.cuh)") \
+  X(kClUnfoldBound, "JAX_IM2COL_NO_CL_UNFOLD_BOUND", \
+    "channels-last tiled unfold launched under a register bound (columns/columns.cu)") \
+  X(kVectorFill, "JAX_IM2COL_NO_VECTOR_FILL", \
+    "tiles filled a 16-, 8- or 4-byte vector at a time where input lines allow (common/tile.cuh)") \
+  X(kPlanesUnfold, "JAX_IM2COL_NO_PLANES_UNFOLD", \
+    "channels-first unfold of small maps a run of planes at a time (columns/unfold_planes.cuh)") \
+  X(kCfStrided, "JAX_IM2COL_NO_CF_STRIDED", \
+    "channels-first vector unfold at stride 2 for float32 windows of 5-7 taps a line (columns/unfold_cf_strided.cuh)") \
+  X(kCfFlatStrided, "JAX_IM2COL_NO_CF_FLAT_STRIDED", \
+    "1-D channels-first unfold at stride 2 written flat (columns/unfold_cf_flat_strided.cuh)") \
+  X(kPlanesSkew, "JAX_IM2COL_NO_PLANES_SKEW", \
+    "the planes unfold's staging skewed against bank conflicts (columns/unfold_planes.cuh)") \
+  X(kClGroups, "JAX_IM2COL_NO_CL_GROUPS", \
+    "2-D channels-last unfold of few channels in groups of whole 16-byte vectors (columns/unfold_cl_groups.cuh)") \
+  X(kStagedFold, "JAX_IM2COL_NO_STAGED_FOLD", \
+    "channels-first fold of planes staged whole in shared memory (columns/fold_staged.cuh)") \
+  X(kFoldTaps, "JAX_IM2COL_NO_FOLD_TAPS", \
+    "channels-last fold with a thread's taps unrolled (columns/fold_cl_taps.cuh)")
+
+enum class Switch : int {
+#define IM2COL_SWITCH_ID(id, env, meaning) id,
+  IM2COL_SWITCHES(IM2COL_SWITCH_ID)
+#undef IM2COL_SWITCH_ID
+};
+
+struct SwitchInfo {
+  const char* env;
+  const char* meaning;
+};
+
+inline constexpr SwitchInfo kSwitches[] = {
+#define IM2COL_SWITCH_INFO(id, env, meaning) {env, meaning},
+    IM2COL_SWITCHES(IM2COL_SWITCH_INFO)
+#undef IM2COL_SWITCH_INFO
+};
+
+inline constexpr int kSwitchCount = static_cast<int>(sizeof(kSwitches) / sizeof(kSwitches[0]));
+
+// Whether switch `s` leaves its kernel on.
+inline bool switch_on(Switch s) {
+  static const std::array<bool, kSwitchCount> on = [] {
+    std::array<bool, kSwitchCount> table{};
+    for (int i = 0; i < kSwitchCount; ++i) {
+      const char* v = std::getenv(kSwitches[i].env);
+      table[i] = v == nullptr || v[0] != '1';
+    }
+    return table;
+  }();
+  return on[static_cast<int>(s)];
+}
+
+}  // namespace im2col
