@@ -81,7 +81,7 @@ except ImportError:  # torch columns become skips
 # How JAX chains are timed: "span", the device's timestamps of a repeat's first
 # and last kernel (CUPTI, through torch's profiler; on a GPU with torch), or
 # "host", the host clock around dispatch and block_until_ready, which also
-# counts the runtime's start-up of each repeat (BENCHMARKS.md, step 51).
+# counts the runtime's start-up of each repeat (docs/optimization-log.md, step 51).
 # main() sets it (--jax-clock).
 JAX_CLOCK = "host"
 OURS_CONV = getattr(J, "conv_general_dilated", None)
@@ -164,7 +164,7 @@ EXTRAS = [
 # Variants the per-op scripts (kernel_times.py, op_times.py) can name besides
 # the benchmark's cases, for routing decisions: jax#13800's grouped 1-D conv
 # in both precisions' types, with 64 channels per group, and strided
-# (BENCHMARKS.md, step 47).
+# (docs/optimization-log.md, step 47).
 _PROBE = dict(group="probe", dtypes=("f32", "bf16"), ops=("fwd", "dgrad", "wgrad"), layouts=("cf",))
 PROBES = [
     Case("grouped1d_g16_types", 8, 512, (4000,), 512, (3,), (1,), (1,), (1,), groups=16, **_PROBE),

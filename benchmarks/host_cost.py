@@ -4,7 +4,7 @@ several times back to back, on the host clock. What is left is what the
 runtime spends on the host per call (a custom call's handler, a kernel
 launch, a command buffer's update). Where it exceeds an op's device time,
 a chain of that op is host-bound and bench.py's host-clock numbers read
-high; BENCHMARKS.md, step 51.
+high; docs/optimization-log.md, step 51.
 
   python benchmarks/host_cost.py [--calls 64]
 """

@@ -1,7 +1,7 @@
 """Times the implicit GEMM with and without a split reduction where the
 outputs are few: r50_3x3_c512 (7 x 7, 512 -> 512 channels) at batch 1 and 4,
 channels-last, float32 (TF32) and bfloat16. Prints one line per case with
-the median device time of each (BENCHMARKS.md, step 17).
+the median device time of each (docs/optimization-log.md, step 17).
 
   python benchmarks/split_reduction.py
 """

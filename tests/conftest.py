@@ -11,7 +11,14 @@ import contextlib
 import jax
 import pytest
 
+import jax_im2col
+
 jax.config.update("jax_enable_x64", True)
+# Every test exercises the project's own kernels unless it asks otherwise:
+# with "auto", the measured rules would send some convolutions to XLA's, and
+# a GPU test meant for a kernel would test cuDNN. Tests of the routing itself
+# set "auto" (force_algorithm).
+jax_im2col.set_algorithm("own")
 
 
 def _gpu_devices():

@@ -19,7 +19,13 @@ from jax import lax
 
 import jax_im2col
 from conftest import GPU_DEVICES, PLATFORMS, on_platform
-from jax_im2col import _conv_primitives, _geometry
+from jax_im2col.common import geometry as _geometry
+from jax_im2col.common.device import DeviceCaps, device_caps
+from jax_im2col.conv import lowering_cuda, primitives, selection, workspace
+
+# Plans for CUDA GPUs of each kind (H100: 132 multiprocessors).
+HOPPER = DeviceCaps("cuda", (9, 0), 132, True)
+AMPERE = DeviceCaps("cuda", (8, 0), 132, False)
 
 conv = jax_im2col.conv_general_dilated
 HIGHEST = lax.Precision.HIGHEST
@@ -225,20 +231,20 @@ def _primitive_windows(jaxpr):
   return found
 
 
-def test_transposed_phases_share_one_launch(monkeypatch):
+def test_transposed_phases_share_one_launch():
   """A 3-D transposed conv (one image of 8 x 8 x 16 x 64 channels to
   16 x 16 x 32) is its strided window's input gradient of 8 phases, each of
   1024 output rows: 16 tiles of 64 x 64 alone would split the reduction (one
   launch and one sum a phase), but the 8 phases share one launch of 128
   tiles, which leaves few of 132 multiprocessors idle, so the reduction stays
   whole."""
-  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
   x = jax.ShapeDtypeStruct((1, 64, 8, 8, 16), jnp.float32)
   w = jax.ShapeDtypeStruct((64, 64, 3, 3, 3), jnp.float32)
   f = lambda x, w: conv(x, w, (1, 1, 1), ((1, 2),) * 3, lhs_dilation=(2, 2, 2))
   assert _chunk_attrs(_cuda_text(f, x, w), "jax_im2col_conv_backward_data") == (1, 1)
-  splits = lambda m, passes: _conv_primitives.implicit_splits(
-      m=m, og=64, o=64, groups=1, reduction_bytes=64 * 8 * 4, limit=1 << 28, passes=passes)
+  splits = lambda m, passes: workspace.implicit_splits(
+      m=m, og=64, o=64, groups=1, reduction_bytes=64 * 8 * 4, limit=1 << 28, multiprocessors=132,
+      passes=passes)
   assert splits(1024, 1) == 2 and splits(1024, 8) == 1  # 16 k-tiles: 2 parts of 8
   assert splits(64 * 66, 1) == 1 and splits(64 * 65, 1) == 2  # half the multiprocessors
 
@@ -370,7 +376,7 @@ def check_vjp_against_lax(cfg, seed, dtype):
 
 
 # How the direct filter gradient slices the output positions (FilterSlices):
-# attribute values of jax_im2col._conv_primitives.
+# attribute values of jax_im2col.conv.workspace.
 SLICINGS = {
     # One slice per image: several bands per slice, whole-block reductions.
     "whole-image": dict(_TILE_POSITIONS=1 << 40, _STRIP_POSITIONS=1 << 40, _DEPTHWISE_CL_POSITIONS=1 << 40,
@@ -390,10 +396,10 @@ def test_depthwise_filter_gradient_slicings(monkeypatch, slicing, layout, dtype,
   """The depthwise filter gradient at the extremes of its slicing (the
   default lies between): the CUDA kernels' reductions and loops over bands."""
   for attr, value in SLICINGS[slicing].items():
-    monkeypatch.setattr(_conv_primitives, attr, value)
+    monkeypatch.setattr(workspace, attr, value)
   rows = {"whole-image": 56, "one-row": 1}[slicing]
   for kind in ("depthwise_cf", "depthwise_cl", "scalar"):
-    assert _conv_primitives.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
+    assert workspace.direct_filter_slices(2, (56, 56), 16, kind) == (rows, 2 * 56 // rows)
   check_vjp_on_gpu_afresh(depthwise_config(name, layout), 2, dtype)
 
 
@@ -467,14 +473,14 @@ def test_grouped_algorithm_choice():
   def spec(groups, channels_last=False, nd=2):  # the fields the choice reads, a 3x3 kernel
     return types.SimpleNamespace(groups=groups, channels_last=channels_last,
                                  window=types.SimpleNamespace(kernel_size=9, nd=nd, lhs_dilation=(1,) * nd))
-  direct, gemm = _conv_primitives.ALGORITHM_DIRECT, _conv_primitives.ALGORITHM_GEMM
-  assert _conv_primitives._algorithm(spec(4), 64, 64) == direct      # 16 channels per group
-  assert _conv_primitives._algorithm(spec(4), 64, 68) == gemm        # 17 output channels per group
-  assert _conv_primitives._algorithm(spec(2), 64, 64) == gemm        # 32 channels per group
-  assert _conv_primitives._algorithm(spec(1), 64, 64) == gemm
-  assert _conv_primitives._algorithm(spec(8, True), 64, 64) == direct
-  assert _conv_primitives._algorithm(spec(2, True), 64, 64) == gemm
-  kind = lambda spec, c, dtype=np.float32: _conv_primitives._filter_kind(spec, c, c, dtype)
+  direct = selection.direct_applies
+  assert direct(spec(4), 64, 64)          # 16 channels per group
+  assert not direct(spec(4), 64, 68)      # 17 output channels per group
+  assert not direct(spec(2), 64, 64)      # 32 channels per group
+  assert not direct(spec(1), 64, 64)
+  assert direct(spec(8, True), 64, 64)
+  assert not direct(spec(2, True), 64, 64)
+  kind = lambda spec, c, dtype=np.float32: selection.direct_filter_kind(spec, c, c, dtype)
   assert kind(spec(8), 64) == "grouped"
   assert kind(spec(8, True), 64) == "grouped"
   assert kind(spec(64), 64) == "depthwise_cf"
@@ -492,15 +498,15 @@ def test_grouped_algorithm_choice():
   # The channels-last depthwise slices: about _DEPTHWISE_CL_POSITIONS
   # positions, an image's rows spread evenly (56 rows: 4 slices of 14, not
   # 18, 18, 18, 2).
-  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (14, 32 * 4)
+  assert workspace.direct_filter_slices(32, (56, 56), 144, "depthwise_cl") == (14, 32 * 4)
   # Channels-first 2-D slices span about 1024 positions in whole strips of 8
   # rows (1024 // 56 = 18 rows, cut to 16); a whole image stays whole; 1-D
   # and 3-D slices span about 2048.
-  assert _conv_primitives.direct_filter_slices(32, (56, 56), 144, "depthwise_cf") == (16, 32 * 4)
-  assert _conv_primitives.direct_filter_slices(4, (30, 28), 8, "depthwise_cf") == (30, 4)
-  assert _conv_primitives.direct_filter_slices(4, (5, 1000), 8, "depthwise_cf") == (1, 4 * 5)
-  assert _conv_primitives.direct_filter_slices(4, (9, 16, 16), 8, "depthwise_cf") == (8, 4 * 2)
-  assert _conv_primitives.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
+  assert workspace.direct_filter_slices(32, (56, 56), 144, "depthwise_cf") == (16, 32 * 4)
+  assert workspace.direct_filter_slices(4, (30, 28), 8, "depthwise_cf") == (30, 4)
+  assert workspace.direct_filter_slices(4, (5, 1000), 8, "depthwise_cf") == (1, 4 * 5)
+  assert workspace.direct_filter_slices(4, (9, 16, 16), 8, "depthwise_cf") == (8, 4 * 2)
+  assert workspace.direct_filter_slices(2, (3, 1000), 144, "depthwise_cl") == (1, 2 * 3)
   # A grouped 1-D convolution (jax#13800's with 8 channels per group),
   # lowered for CUDA: every call direct, the filter gradient in slices of
   # _GROUPED_POSITIONS rows.
@@ -527,9 +533,9 @@ GROUPED_SLICINGS = {"whole-image": 1 << 40, "one-row": 1}
 def test_grouped_filter_gradient_slicings(monkeypatch, slicing, layout, dtype, name):
   """The grouped filter gradient with one slice per image (several bands and
   stages per block) and one output row per slice (many partial sums)."""
-  monkeypatch.setattr(_conv_primitives, "_GROUPED_POSITIONS", GROUPED_SLICINGS[slicing])
+  monkeypatch.setattr(workspace, "_GROUPED_POSITIONS", GROUPED_SLICINGS[slicing])
   rows = {"whole-image": 56, "one-row": 1}[slicing]
-  assert _conv_primitives.direct_filter_slices(2, (56, 56), 64, "grouped", 72) == (rows, 2 * 56 // rows)
+  assert workspace.direct_filter_slices(2, (56, 56), 64, "grouped", 72) == (rows, 2 * 56 // rows)
   check_vjp_on_gpu_afresh(grouped_config(name, layout), 4, dtype)
 
 
@@ -739,7 +745,7 @@ def implicit_operands_seen(platform, dtype):
   float32 as TF32 on the GPU (truncated by Hopper's wgmma kernels, rounded to
   nearest by mma.sync), other types as they are."""
   if platform == "gpu" and np.dtype(dtype) == np.float32:
-    return truncate_to_tf32 if _conv_primitives.implicit_truncates_tf32() else round_to_tf32
+    return truncate_to_tf32 if selection.implicit_truncates_tf32(device_caps("cuda")) else round_to_tf32
   return lambda a: np.asarray(a, np.float32)
 
 
@@ -754,10 +760,10 @@ def test_tf32_roundings():
 def _implicit_spec(case, layout, groups=None):
   """The ConvSpec that conv_general_dilated builds for a case (the routing
   rules read it: a real one, so that it cannot drift from them)."""
-  return _conv_primitives.ConvSpec(
+  return primitives.ConvSpec(
       window=case_window(case), channels_last=layout == "cl",
       groups=case["groups"] if groups is None else groups,
-      precision=_conv_primitives.PRECISION_DEFAULT, workspace_limit=jax_im2col.get_workspace_limit())
+      precision=primitives.PRECISION_DEFAULT, workspace_limit=jax_im2col.get_workspace_limit())
 
 
 def forward_and_gradients(platform, cfg, dtype, seed):
@@ -796,11 +802,13 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   out_positions = int(np.prod(lax.conv_general_dilated(
       jnp.zeros((1, 1, *case["spatial"])), jnp.zeros((1, 1, *case["kernel"])), case["strides"],
       case["padding"], rhs_dilation=case["rhs_dilation"]).shape[2:]))
-  assert _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"], out_positions)
-  implicit_dx = _conv_primitives.use_implicit(spec, dtype, case["c"], case["o"],
-                                              int(np.prod(case["spatial"])), input_gradient=True)
-  implicit_dw = _conv_primitives.use_implicit_filter(spec, dtype, case["c"], case["o"],
-                                                    positions=out_positions, images=case["n"])
+  assert selection.use_implicit(spec, dtype, case["c"], case["o"], out_positions, device_caps("cuda"))
+  implicit_dx = selection.use_implicit(spec, dtype, case["c"], case["o"],
+                                       int(np.prod(case["spatial"])), device_caps("cuda"),
+                                       input_gradient=True)
+  implicit_dw = selection.use_implicit_filter(spec, dtype, case["c"], case["o"],
+                                              device_caps("cuda"), positions=out_positions,
+                                              images=case["n"])
   # Every case but the odd output channels has whole vectors of them, and
   # every strided one at least _PHASE_MIN_CHANNELS input channels. (The halo
   # cases are there for their forwards: 2d-halo-wide's 160 output channels
@@ -864,7 +872,7 @@ CONV_1D_CF_CASES = {
     "odd-output": dict(n=2, c=64, o=32, groups=2, spatial=(300,), kernel=(3,), strides=(1,),
                        padding=((1, 0),), rhs_dilation=(1,), routes=(True, False, False)),
 }
-CONV_1D_CF_OPS = ("forward", "input_gradient", "filter")
+CONV_1D_CF_OPS = ("forward", "input_gradient", "filter_gradient")
 
 
 def conv_1d_cf_routes(case, dtype=np.float32, **spec_changes):
@@ -873,8 +881,9 @@ def conv_1d_cf_routes(case, dtype=np.float32, **spec_changes):
   spec = dataclasses.replace(spec, **spec_changes) if spec_changes else spec
   in_w = case["spatial"][0]
   out_w = spec.window.output_spatial((in_w,))[0]
-  return tuple(_conv_primitives.conv_1d_cf(spec, dtype, case["c"], case["o"], in_w=in_w,
-                                           out_w=out_w, op=op) for op in CONV_1D_CF_OPS)
+  return tuple(selection.conv_1d_cf_applies(spec, dtype, case["c"], case["o"], device_caps("cuda"),
+                                            in_w=in_w, out_w=out_w, op=op)
+               for op in CONV_1D_CF_OPS)
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -939,7 +948,7 @@ def test_conv_1d_cf_routing():
   base = CONV_1D_CF_CASES["jax13800"]
   assert conv_1d_cf_routes(base) == (True, True, True)
   assert conv_1d_cf_routes(base, jnp.bfloat16) == (False, False, False)
-  assert conv_1d_cf_routes(base, precision=_conv_primitives.PRECISION_HIGHEST) == (False,) * 3
+  assert conv_1d_cf_routes(base, precision=primitives.PRECISION_HIGHEST) == (False,) * 3
   assert conv_1d_cf_routes(base, channels_last=True) == (False, False, False)
   assert conv_1d_cf_routes(dict(base, strides=(2,))) == (False, False, False)
   assert conv_1d_cf_routes(dict(base, groups=4)) == (False, False, False)  # 16: grouped kernels
@@ -956,10 +965,11 @@ def test_conv_1d_cf_routing():
   for target in ("forward", "backward_data", "backward_filter"):
     calls = [l for l in text.splitlines() if f"custom_call @jax_im2col_conv_{target}(" in l]
     assert len(calls) == 1 and "algorithm = 6 : i64" in calls[0], calls
-  slices = _conv_primitives.conv_1d_cf_slices(n=8, out_w=4000, groups=16, o=512, kg=96,
-                                              limit=jax_im2col.get_workspace_limit())
+  slices = workspace.conv_1d_cf_slices(n=8, out_w=4000, groups=16, o=512, kg=96,
+                                       limit=jax_im2col.get_workspace_limit(),
+                                       multiprocessors=device_caps("cuda").multiprocessors)
   assert _chunk_attrs(text, "jax_im2col_conv_backward_filter") == (1, slices)
-  assert slices == -(-4 * _conv_primitives._multiprocessors() // 16)
+  assert slices == -(-4 * device_caps("cuda").multiprocessors // 16)
 
 
 # Grouped convolutions whose groups pack into 64-channel groups on Hopper
@@ -994,17 +1004,18 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   dtype = np.dtype(dtype)
   spec = _implicit_spec(case, layout)
   on_gpu = platform == "gpu"
-  packed = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"]) > 0
-  packed_dx = on_gpu and _conv_primitives._packed(spec, dtype, case["c"], case["o"],
-                                                  input_gradient=True) > 0
-  if on_gpu and _conv_primitives._hopper_kernels():
+  device = device_caps("cuda")
+  packed = on_gpu and selection.packed_factor(spec, dtype, case["c"], case["o"], device) > 0
+  packed_dx = on_gpu and selection.packed_factor(spec, dtype, case["c"], case["o"], device,
+                                                 input_gradient=True) > 0
+  if on_gpu and device.hopper_kernels:
     # 1d-g2-s2's 24 output channels per group do not divide 64.
     assert packed and packed_dx == (name != "1d-g2-s2")
   kw = cfg["kwargs"]
   x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 7)
-  if on_gpu and _conv_primitives._hopper_kernels():
+  if on_gpu and device.hopper_kernels:
     out_positions = int(np.prod(ct.shape[2:] if layout == "cf" else ct.shape[1:-1]))
-    packed_dw = _conv_primitives.packed_filter(spec, dtype, case["c"], case["o"],
+    packed_dw = selection.packed_filter_factor(spec, dtype, case["c"], case["o"], device,
                                                positions=out_positions, images=case["n"])
     # Half types, where the grouped direct kernel would take it (16 channels
     # per group at most: not 1d-g2-s2's 32).
@@ -1053,8 +1064,7 @@ def test_packed_groups_plan(monkeypatch):
   times the filter in its workspace, and for the filter gradient of half
   types where groups are small enough for the grouped direct kernel, with
   pack times its float32 parts; never beyond 8 groups a pack or at HIGHEST."""
-  monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: True)
-  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
+  monkeypatch.setattr(lowering_cuda, "device_caps", lambda platform: HOPPER)
 
   def plan(groups, c=64, o=64, precision=None, strides=(1, 1), dtype=jnp.float32):
     xs = jax.ShapeDtypeStruct((4, c, 12, 12), dtype)
@@ -1097,19 +1107,17 @@ def test_packed_groups_plan(monkeypatch):
   assert workspace == 2 * (4 * 64 * 144 * 2) + splits * 64 * 9 * 64 * 4
 
 
-def test_hopper_routing(monkeypatch):
+def test_hopper_routing():
   """On Hopper the implicit GEMM takes every convolution it applies to except
   channels-last ones over 256 channels per group whose 128 x 64 output tiles
   do not fill the GPU once (r50_3x3_c512: 1568 positions x 512 channels, 104
   tiles on 132 multiprocessors); the Ampere rule stops at 128 channels."""
-  monkeypatch.setattr(_conv_primitives, "_multiprocessors", lambda: 132)
-
   def implicit(layout, channels, images, hopper):
-    monkeypatch.setattr(_conv_primitives, "_hopper_kernels", lambda: hopper)
+    device = HOPPER if hopper else AMPERE
     case = dict(groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1), padding="SAME",
                 rhs_dilation=(1, 1))
     spec = _implicit_spec(case, layout)
-    return _conv_primitives.use_implicit(spec, np.float32, channels, channels, 49, images=images)
+    return selection.use_implicit(spec, np.float32, channels, channels, 49, device, images=images)
 
   assert not implicit("cl", 512, 32, hopper=True)   # 104 tiles
   assert implicit("cl", 512, 64, hopper=True)       # 200 tiles
@@ -1123,7 +1131,7 @@ def test_implicit_filter_positions_per_call(monkeypatch):
   """The implicit filter gradient's kernel takes at most _FILTER_MAX_POSITIONS
   positions per call: channels-last operands go in one call (past the limit,
   im2col + GEMM), channels-first ones in chunks of images that fit it."""
-  monkeypatch.setattr(_conv_primitives, "_FILTER_MAX_POSITIONS", 1000)
+  monkeypatch.setattr(selection, "_FILTER_MAX_POSITIONS", 1000)
 
   def filter_call(layout):
     cl = layout == "cl"
@@ -1358,10 +1366,11 @@ def test_implicit_gemm_algorithm_choice():
   assert _chunk_attrs(_cuda_text(grad, x, w), "jax_im2col_conv_backward_filter") == (4, 6)
   with jax_im2col.workspace_limit(64 * 400 * 4):
     assert _chunk_attrs(_cuda_text(grad, x, w), "jax_im2col_conv_backward_filter") == (1, 1)
-  assert _conv_primitives.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1,
-                                                 limit=1 << 30) == 80  # 3 x 132 blocks
-  assert _conv_primitives.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1,
-                                                 limit=10 * 64 * 576 * 4) == 10  # the cap
+  assert workspace.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1, limit=1 << 30,
+                                          multiprocessors=132) == 80  # 3 x 132 blocks
+  assert workspace.implicit_filter_splits(m=100352, og=64, kg=576, o=64, groups=1,
+                                          limit=10 * 64 * 576 * 4,
+                                          multiprocessors=132) == 10  # the cap
   # A split reduction (chunk_positions) where the outputs are few.
   xs = jax.ShapeDtypeStruct((2, 128, 7, 7), jnp.float32)
   ws = jax.ShapeDtypeStruct((72, 128, 3, 3), jnp.float32)
@@ -1384,8 +1393,9 @@ def test_implicit_gemm_algorithm_choice():
   assert "algorithm = 2" in _cuda_text(loss, half(x256), half(w256))
   big = jax.ShapeDtypeStruct((2, 256, 64, 64), jnp.bfloat16)
   assert "algorithm = 0" in _cuda_text(loss, big, half(w256))
-  assert _conv_primitives.implicit_splits(m=98, og=72, o=72, groups=1, reduction_bytes=9216,
-                                          limit=8 * 98 * 72 * 4 - 1) == 7  # under the cap
+  assert workspace.implicit_splits(m=98, og=72, o=72, groups=1, reduction_bytes=9216,
+                                   limit=8 * 98 * 72 * 4 - 1,
+                                   multiprocessors=132) == 7  # under the cap
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

@@ -1,5 +1,5 @@
 """The phases of a strided convolution's input gradient (gradient_phases in
-jax_im2col/_geometry.py, the mirror of gradient_phase in lib/geometry.h),
+src/jax_im2col/common/geometry.py, the mirror of gradient_phase in lib/common/geometry.h),
 which the GPU's implicit GEMM runs one by one: each phase's stride-1
 convolution of dy with its sub-filter, placed stride apart and with zeros
 where no phase has taps, rebuilds lax's input gradient exactly (float64)."""
@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from jax import lax
 
 from conftest import on_platform
-from jax_im2col._geometry import Window, gradient_phases
+from jax_im2col.common.geometry import Window, gradient_phases
 
 
 def rebuilt_input_gradient(window, in_spatial, dy, w):
@@ -73,7 +73,7 @@ def test_phases_rebuild_the_input_gradient(geometry, seed):
 
 def test_unit_stride_is_one_phase_the_flipped_filter():
   """With unit strides the one phase is the transposed convolution the GPU
-  ran before phases existed (transposed_geometry in lib/geometry.h)."""
+  ran before phases existed (transposed_geometry in lib/common/geometry.h)."""
   window = Window(kernel=(3, 2), stride=(1, 1), rhs_dilation=(2, 1), lhs_dilation=(1, 1),
                   padding=((1, 2), (0, 1)))
   (ph,) = gradient_phases(window, (7, 5))

@@ -161,7 +161,7 @@ unfold_cl_kernel(const U* __restrict__ x, U* __restrict__ cols, Geometry g,
 // Launched with kThreads threads, at least MIN_BLOCKS blocks a
 // multiprocessor (unfold_typed: 6 at 40 registers, where ncu once showed the
 // kernel issue-bound at the 5 that 48 allow; 8 at 32 where that measured
-// faster, BENCHMARKS.md, step 74); STREAM: the write phase's stores
+// faster, docs/optimization-log.md, step 74); STREAM: the write phase's stores
 // streaming (write_elements only: 4-byte types, which never take pairs).
 template <int ND, typename U, int MIN_BLOCKS, bool STREAM>
 __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
@@ -402,14 +402,14 @@ fold_cl_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g,
 
 // JAX_IM2COL_NO_CL_PLAIN_TAPS=1: the channels-last vector unfold's taps by
 // the general loop (source_offset_at a tap) where copy_cl_taps would take
-// them (BENCHMARKS.md, step 94).
+// them (docs/optimization-log.md, step 94).
 bool cl_plain_taps_on() {
   static const bool on = switch_on(Switch::kClPlainTaps);
   return on;
 }
 
 // JAX_IM2COL_NO_CF_VECTORS=1 leaves the channels-first columns that the
-// vector unfold could write to the planes and tiled unfolds (BENCHMARKS.md,
+// vector unfold could write to the planes and tiled unfolds (docs/optimization-log.md,
 // step 96).
 bool cf_vectors_on() {
   static const bool on = switch_on(Switch::kCfVectors);
@@ -417,7 +417,7 @@ bool cf_vectors_on() {
 }
 
 // JAX_IM2COL_NO_CL_TAP_LINES=1: copy_cl_taps a line of taps at a time
-// (LINES 1, no bound on registers; BENCHMARKS.md, step 95).
+// (LINES 1, no bound on registers; docs/optimization-log.md, step 95).
 bool cl_tap_lines_on() {
   static const bool on = switch_on(Switch::kClTapLines);
   return on;
@@ -425,14 +425,14 @@ bool cl_tap_lines_on() {
 
 // JAX_IM2COL_NO_CL_FAST_INDEX=1: the channels-last vector unfold's index
 // math by run-time divisions (unfold_cl_kernel's FAST;
-// BENCHMARKS.md, step 92).
+// docs/optimization-log.md, step 92).
 bool cl_fast_index_on() {
   static const bool on = switch_on(Switch::kClFastIndex);
   return on;
 }
 
 // The channels-first tiled unfold stores 2-D 4-byte columns of the unfold
-// primitive as streaming stores (BENCHMARKS.md, step 86);
+// primitive as streaming stores (docs/optimization-log.md, step 86);
 // JAX_IM2COL_NO_CF_STREAMING=1 stores them plainly.
 bool cf_streaming_on() {
   static const bool on = switch_on(Switch::kCfStreaming);
@@ -440,7 +440,7 @@ bool cf_streaming_on() {
 }
 
 // JAX_IM2COL_NO_UNFOLD_PAIRS=1 writes 2-byte channels-first columns an
-// element at a time everywhere (unfold_write.cuh; BENCHMARKS.md, step 69).
+// element at a time everywhere (unfold_write.cuh; docs/optimization-log.md, step 69).
 bool unfold_pairs_on() {
   static const bool on = switch_on(Switch::kUnfoldPairs);
   return on;
@@ -448,7 +448,7 @@ bool unfold_pairs_on() {
 
 // The channels-last vector unfold of 1-D geometries is bound to 8 blocks a
 // multiprocessor (32 registers, was 40-42): wav2vec 1.1x; in 2-D and 3-D the
-// bound cost 1-8% (BENCHMARKS.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
+// bound cost 1-8% (docs/optimization-log.md, step 75). JAX_IM2COL_NO_CL_UNFOLD_BOUND=1
 // runs it unbound, for the same-run comparison.
 bool cl_unfold_bound_on() {
   static const bool on = switch_on(Switch::kClUnfoldBound);
@@ -457,7 +457,7 @@ bool cl_unfold_bound_on() {
 
 // The channels-first tiled unfold fills its tile a vector at a time where
 // the input's lines are a whole number of 16-, 8- or 4-byte vectors of two
-// elements or more (plan_tile's line_vector; BENCHMARKS.md, step 76);
+// elements or more (plan_tile's line_vector; docs/optimization-log.md, step 76);
 // JAX_IM2COL_NO_VECTOR_FILL=1 leaves them to the line fills.
 bool vector_fill_on() {
   static const bool on = switch_on(Switch::kVectorFill);
@@ -465,7 +465,7 @@ bool vector_fill_on() {
 }
 
 // Small channels-first maps are written a run of planes at a time
-// (unfold_planes.cuh; BENCHMARKS.md, step 78); JAX_IM2COL_NO_PLANES_UNFOLD=1
+// (unfold_planes.cuh; docs/optimization-log.md, step 78); JAX_IM2COL_NO_PLANES_UNFOLD=1
 // leaves them to the tiled unfold.
 bool planes_unfold_on() {
   static const bool on = switch_on(Switch::kPlanesUnfold);
@@ -473,7 +473,7 @@ bool planes_unfold_on() {
 }
 
 // Stride 2 along the last dimension goes to the vector unfold where its
-// lines fit (unfold_cf_strided.cuh; BENCHMARKS.md, step 99);
+// lines fit (unfold_cf_strided.cuh; docs/optimization-log.md, step 99);
 // JAX_IM2COL_NO_CF_STRIDED=1 leaves it to the tiled unfold.
 bool cf_strided_on() {
   static const bool on = switch_on(Switch::kCfStrided);
@@ -481,7 +481,7 @@ bool cf_strided_on() {
 }
 
 // 1-D channels-first columns at stride 2 are written flat where they leave
-// no gaps (unfold_cf_flat_strided.cuh; BENCHMARKS.md, step 100);
+// no gaps (unfold_cf_flat_strided.cuh; docs/optimization-log.md, step 100);
 // JAX_IM2COL_NO_CF_FLAT_STRIDED=1 leaves them to the tiled unfold.
 bool cf_flat_strided_on() {
   static const bool on = switch_on(Switch::kCfFlatStrided);
@@ -489,7 +489,7 @@ bool cf_flat_strided_on() {
 }
 
 // The planes unfold stages its runs skewed (unfold_planes.cuh, fewer bank
-// conflicts; BENCHMARKS.md, step 97); JAX_IM2COL_NO_PLANES_SKEW=1 stages
+// conflicts; docs/optimization-log.md, step 97); JAX_IM2COL_NO_PLANES_SKEW=1 stages
 // them flat.
 bool planes_skew_on() {
   static const bool on = switch_on(Switch::kPlanesSkew);
@@ -497,7 +497,7 @@ bool planes_skew_on() {
 }
 
 // 2-D channels-last rows of few channels go in groups of positions where
-// those are whole vectors (unfold_cl_groups.cuh; BENCHMARKS.md, step 98);
+// those are whole vectors (unfold_cl_groups.cuh; docs/optimization-log.md, step 98);
 // JAX_IM2COL_NO_CL_GROUPS=1 leaves them to the tiled unfold.
 bool cl_groups_on() {
   static const bool on = switch_on(Switch::kClGroups);
@@ -574,7 +574,7 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
       if (!p.vector_loads) return launch(unfold_cf_planes_kernel<ND, U, false, false>);
       // 4-byte types at 3 blocks a multiprocessor (40 registers, was 64):
       // c256 float32 19.5 -> 17.0 us; 2-byte ones slower so (c512 bfloat16
-      // 6.5 -> 7.1 us), and spilling in 3-D (BENCHMARKS.md, step 83).
+      // 6.5 -> 7.1 us), and spilling in 3-D (docs/optimization-log.md, step 83).
       constexpr int kBlocks = sizeof(U) == 4 ? 3 : 2;
       return launch(unfold_cf_planes_kernel<ND, U, true, STREAM, kBlocks>);
     }
@@ -614,12 +614,12 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
     if (!channels_last) {
       // 8 blocks a multiprocessor (32 registers, no spills) for 2-byte
       // types, and 4-byte ones in 1-D and 3-D; 6 (40 registers) for the rest
-      // (BENCHMARKS.md, step 74).
+      // (docs/optimization-log.md, step 74).
       constexpr int kBlocks = sizeof(U) == 2 || (sizeof(U) == 4 && ND != 2) ? 8 : 6;
       // Streaming stores (evict-first) for 2-D 4-byte columns that nothing
       // reads back soon: 1-1.5% in the benchmark's chains; 2-byte ones level,
       // 3-D 2% slower there (its kernel spills at 32 registers), 1-D level
-      // (BENCHMARKS.md, step 86).
+      // (docs/optimization-log.md, step 86).
       constexpr bool kStream = STREAM && sizeof(U) == 4 && ND == 2;
       auto kernel = kStream && cf_streaming_on() ? unfold_cf_tiled_kernel<ND, U, kBlocks, kStream>
                                                  : unfold_cf_tiled_kernel<ND, U, kBlocks, false>;
@@ -673,14 +673,14 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
 }
 
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
-// per-thread gather (BENCHMARKS.md, step 58).
+// per-thread gather (docs/optimization-log.md, step 58).
 bool staged_fold_on() {
   static const bool on = switch_on(Switch::kStagedFold);
   return on;
 }
 
 // JAX_IM2COL_NO_FOLD_TAPS=1 leaves the channels-last fold to the per-run
-// loop of fold_cl_kernel (BENCHMARKS.md, step 59).
+// loop of fold_cl_kernel (docs/optimization-log.md, step 59).
 bool fold_taps_on() {
   static const bool on = switch_on(Switch::kFoldTaps);
   return on;

@@ -11,7 +11,7 @@
 // wav2vec's rows of 1599 positions (not whole vectors) an element at a time:
 // 2-byte stores, 21.8 of each 32-byte sector written (ncu, thirty-fourth
 // session). Against it: wav2vec bfloat16 22.2 -> 20.5 us, float32 38.7 ->
-// 36.8 us (BENCHMARKS.md, step 100).
+// 36.8 us (docs/optimization-log.md, step 100).
 #pragma once
 
 #include <cstdint>

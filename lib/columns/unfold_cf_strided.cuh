@@ -9,7 +9,7 @@
 // elements are 8 words each; tap kw's elements are 4 consecutive ones of one
 // of the two, from (s mod 4 + kw * dilation) / 2, the same for the whole
 // warp. The next line's vectors load while this one's taps store.
-// Measured (BENCHMARKS.md, step 99): the float32 stem (7 taps a line) 72.9
+// Measured (docs/optimization-log.md, step 99): the float32 stem (7 taps a line) 72.9
 // -> 65.1 us against the tiled unfold; 3 x 3 windows at stride 2 2% slower
 // (3 taps share the 4 loads), the bfloat16 stem 1% slower (its split takes
 // 16 byte permutes a line), so both stay tiled: at least 5 taps a line, 4-byte

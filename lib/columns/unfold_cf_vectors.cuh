@@ -11,7 +11,7 @@
 // per-element check. No shared memory, no barrier: the channels-first tiled
 // unfold's fill and write phases each wait on their own latency (ncu: 38%
 // of its stalls on shared reads, 34% on the fill's loads). The suite's
-// float32 rows 7-11% faster than tiled, bfloat16 2-11% (BENCHMARKS.md,
+// float32 rows 7-11% faster than tiled, bfloat16 2-11% (docs/optimization-log.md,
 // step 96). At stride 2 (three vectors a tap, every other element) it was
 // 5-20% slower than the tiled unfold, so stride 2 stays there.
 #pragma once
@@ -26,7 +26,7 @@ namespace im2col::cuda {
 // Taps loaded before their stores: 3 along the last dimension, of 3 lines
 // in 3-D at 2 blocks a multiprocessor (c3d 2% faster than one line); in 2-D
 // one line, unbound (2 or 3 lines, at 2 blocks, were 4-10% slower on the
-// suite's rows; BENCHMARKS.md, step 96).
+// suite's rows; docs/optimization-log.md, step 96).
 constexpr int kCfTapBatch = 3;
 template <int ND>
 inline constexpr int kCfTapLines = ND == 3 ? 3 : 1;

@@ -50,7 +50,7 @@ constexpr int32_t kClGroupsMaxThreads = 512;
 // / 71.0-71.8 us at 1 / 2 (4: a tile over 32 KB). A block waits for its
 // tile before it writes: the blocks a multiprocessor holds (3 at 54
 // registers in bfloat16, 5 at 38 in float32) must have about 300 KB of
-// columns between them to cover that (BENCHMARKS.md, step 98).
+// columns between them to cover that (docs/optimization-log.md, step 98).
 inline int32_t cl_groups_lines(size_t elem_bytes) { return elem_bytes == 2 ? 3 : 1; }
 constexpr int kClGroupsLoads = 6;  // tile loads a thread, all in flight at once
 constexpr size_t kClGroupsSmem = 32 * 1024;

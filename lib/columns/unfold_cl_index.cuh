@@ -18,7 +18,7 @@ struct ClUnfoldUnit {
 // Multiply-shift divisors for threads that fit 31 bits (the launch checks;
 // positions always do: the FFI's fits_32_bits): run-time divisions took ~25 instructions each, four or
 // five a thread, about a quarter of the kernel's time at 9 taps
-// (BENCHMARKS.md, steps 91-92).
+// (docs/optimization-log.md, steps 91-92).
 struct ClUnfoldDivisors {
   FastDiv units, positions, group_channels, out[kMaxSpatial];
 };

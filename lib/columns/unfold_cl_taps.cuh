@@ -5,7 +5,7 @@
 // coordinate and source, the other dimensions' bounds are checked once a
 // line of taps; BATCH taps of LINES lines at a time load before any of
 // them stores. The general loop (source_offset_at a tap, lhs dilation
-// included) ran ~70 instructions a tap, this one 18 (BATCH 1; BENCHMARKS.md,
+// included) ran ~70 instructions a tap, this one 18 (BATCH 1; docs/optimization-log.md,
 // step 94).
 #pragma once
 
@@ -28,7 +28,7 @@ inline constexpr int kClTapBatch = ND > 1 ? 3 : 1;
 // (114): ncu had the one-line kernel waiting on its loads (L1TEX scoreboard,
 // 0.6 eligible warps a scheduler) at 4 blocks. The suite's 2-D channels-last
 // rows 1-5% faster, c3d 2-5% (more blocks, or fewer lines, were slower there;
-// BENCHMARKS.md, step 95).
+// docs/optimization-log.md, step 95).
 template <int ND>
 inline constexpr int kClTapLines = ND > 1 ? 3 : 1;
 template <int ND>

@@ -21,7 +21,7 @@ namespace im2col::cuda {
 // run, lane i taking element i of every 32, whose (position, element)
 // advance by 32.
 // With STREAM (the unfold primitive's columns) stores are evict-first
-// (bfloat16 stem 72.5 -> 70.9 us; BENCHMARKS.md, step 74).
+// (bfloat16 stem 72.5 -> 70.9 us; docs/optimization-log.md, step 74).
 constexpr int32_t kChunk = 8;
 
 template <int CHUNK, bool STREAM, typename U>
@@ -72,7 +72,7 @@ __device__ __forceinline__ void write_rows_flat(const unsigned char* tile, const
 
 // Calls fn(std::integral_constant<int, CHUNK>{}) for a chunk of as many
 // slots as a row of `row` elements needs, of 3, 5 or 8 (the RGB stem's rows
-// of 147 filled 5 of 8; BENCHMARKS.md, step 74).
+// of 147 filled 5 of 8; docs/optimization-log.md, step 74).
 template <typename Fn>
 void with_row_chunk(int64_t row, Fn&& fn) {
   if (row <= 32 * 3) {
@@ -146,7 +146,7 @@ inline bool cl_row_pairs_fit(const Geometry& g, const ColumnsLayout& lay, const 
 }
 
 // JAX_IM2COL_NO_CL_PAIRS=1 writes every row a position at a time (the
-// same-run comparison of BENCHMARKS.md, step 82).
+// same-run comparison of docs/optimization-log.md, step 82).
 inline bool cl_pairs_on() {
   static const bool on = switch_on(Switch::kClPairs);
   return on;

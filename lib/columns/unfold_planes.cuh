@@ -17,7 +17,7 @@
 // setup per band of 7 x 7 positions and stores 2-byte elements, 64 positions
 // a warp of which 49 are used; this kernel's offsets cost a thread about as
 // much as writing 8 runs, so blocks take many (plan_planes_grid): 7 x 7 and
-// 14 x 14 maps 1.15-1.25x faster (BENCHMARKS.md, step 78).
+// 14 x 14 maps 1.15-1.25x faster (docs/optimization-log.md, step 78).
 //
 // Skew: a warp's 32 threads read entries about V apart, 16 bytes, so the
 // threads 8 apart hit one bank (ncu: 3.3-way conflicts on 14 x 14 bfloat16
@@ -26,7 +26,7 @@
 // 4 different banks; warps that span two taps still collide (1.9
 // wavefronts a read). Runs are whole 128-byte chunks, so the skew of an
 // offset is the same in every run. c256 bfloat16 10.88 -> 10.31 us, the
-// 7 x 7 rows level (BENCHMARKS.md, step 97).
+// 7 x 7 rows level (docs/optimization-log.md, step 97).
 #pragma once
 
 #include <algorithm>
@@ -60,7 +60,7 @@ struct PlanesPlan {
 constexpr int64_t kPlanesMinThreads = 256;  // runs of several periods below it
 // One vector a thread; runs of 28 x 28 bfloat16 planes (882 vectors) were
 // 1.4-1.9x slower than the tiled unfold: a thread's offsets cost as much as
-// writing 8 runs, and it wrote one (BENCHMARKS.md, step 78).
+// writing 8 runs, and it wrote one (docs/optimization-log.md, step 78).
 constexpr int64_t kPlanesMaxThreads = 512;
 constexpr int kPlanesLoads = 4;  // staging loads a thread
 constexpr size_t kPlanesSmem = 24 * 1024;  // staged input a block
@@ -215,7 +215,7 @@ struct PlaneOffsets {
 // offset is a bounds check and a flat index; with it, a source_offset an
 // entry (~30 instructions, as much as writing 8 runs; the plain offsets took
 // c512 bf16 7.2-7.5 -> 6.2-6.8 us, c256 bf16 10.8-11.0 -> 10.2 us;
-// BENCHMARKS.md, step 80).
+// docs/optimization-log.md, step 80).
 template <int ND, typename U>
 __device__ __forceinline__ PlaneOffsets<U> plane_offsets(const Geometry& g, const PlanesPlan& p) {
   constexpr int V = 16 / sizeof(U);

@@ -46,7 +46,7 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
 // shared address (the chunk's address bits 4-6 XOR bits 7-9), so the start
 // may be any 128-byte row and the groups any whole number of rows apart, with
 // the base-offset field left 0: benchmarks/probe_descriptor.cu checked this on
-// the H100 (BENCHMARKS.md, step 46).
+// the H100 (docs/optimization-log.md, step 46).
 __device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t group_bytes = 1024) {
   return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
          (static_cast<uint64_t>(group_bytes >> 4) << 32) | (uint64_t{1} << 62);

@@ -171,12 +171,12 @@ inline void plan_whole_fill(const Geometry& g, TilePlan* t) {
 // kSplitTileGridBlocks blocks (ncu had 416 blocks of 41 channels of 7 x 7
 // leave the SMs a third occupied; 2048 of 8 paid each warp's setup for one
 // channel: 1024 blocks of 16 took 9.2 us, 2048 of 8 10.5, 512 of 32 9.5;
-// BENCHMARKS.md, step 68).
+// docs/optimization-log.md, step 68).
 // Where one channel a block leaves the grid under kTileBandGridBlocks
 // blocks, bands are halved until it is not (the RGB stem's 672 blocks of 18
 // rows, under one wave of 792: bfloat16 48-49 us; 1248 blocks of 9 rows 41-43;
 // 2208 of 5, whose halo and write slots cost more, 49-50; float32 76 us in
-// all three; BENCHMARKS.md, step 72).
+// all three; docs/optimization-log.md, step 72).
 constexpr int64_t kTileGridBlocks = 2048;
 constexpr int64_t kSplitTileGridBlocks = 1024;
 constexpr int64_t kTileBandGridBlocks = 1024;
@@ -240,7 +240,7 @@ inline bool plan_tile(const Geometry& g, const ColumnsLayout& lay, int64_t C,
   // Channels-last, bands halved while the grid is under kTileGridBlocks
   // blocks (the bfloat16 RGB stem's 736 blocks of 5 rows, under one wave,
   // left its SMs 18% idle: 44.6 us; 3584 blocks of 1 row 40.6 us;
-  // BENCHMARKS.md, step 89).
+  // docs/optimization-log.md, step 89).
   while (nc > 0 && channels_last && band > 1 && grid(C) < kTileGridBlocks) band = (band + 1) / 2;
   if (bytes(band, channels) > kTileSmemMax) return false;
   size_tile(g, lay, C, channels_last, band, channels, entries(band), bytes(band, channels), t);
@@ -679,7 +679,7 @@ __device__ __forceinline__ void fill_tile_1d(T* tile, const T* x_block, int32_t 
 // registers); those over its ends (two a line) are read an element at a
 // time, zeros outside it. (ncu: the element-wise 1-D fill ran ~13
 // instructions an element, a third of wav2vec's unfold; with it wav2vec
-// 1.13x in float32, 1.27x in bfloat16; BENCHMARKS.md, step 79.)
+// 1.13x in float32, 1.27x in bfloat16; docs/optimization-log.md, step 79.)
 constexpr int kFill1d = 2;
 
 // The element index (from address 0, in elements of T) of the block's first

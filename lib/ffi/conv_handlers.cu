@@ -137,12 +137,21 @@ ffi::Error initialize(int32_t device) { return prepare_blas_handle(device); }
 
 }  // namespace
 
+// The initialize stage runs before every execution, outside any graph
+// capture: it fills the device's cuBLAS handle pool, so that execute never
+// creates one.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_conv_initialize_cuda, initialize,
                               ffi::Ffi::BindInitialize().Ctx<ffi::DeviceOrdinal>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_conv_forward_cuda, conv_handler(forward), conv_binding());
+// Execute launches the same work on every call (a function of the attributes
+// and shapes alone), on XLA's stream and buffers, with no host
+// synchronisation, allocation or host-to-device copy, and binds the pooled
+// cuBLAS handle to the stream and workspace at each call: XLA may record it
+// into a command buffer (CUDA graph) and replay it.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_conv_forward_cuda, conv_handler(forward), conv_binding(),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_conv_backward_data_cuda, conv_handler(backward_data),
-                              conv_binding());
+                              conv_binding(), {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jax_im2col_conv_backward_filter_cuda, conv_handler(backward_filter),
-                              conv_binding());
+                              conv_binding(), {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace im2col::cuda

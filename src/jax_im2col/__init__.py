@@ -1,11 +1,15 @@
-"""im2col / col2im primitives and an im2col + GEMM convolution for JAX."""
+"""unfold (im2col), fold (col2im) and conv_general_dilated for JAX, as JAX
+primitives computed by XLA FFI custom calls on the CPU and on CUDA GPUs."""
 
-from . import _ffi
-from ._api import (conv_general_dilated_patches, fold, fold_channels_last, unfold,
-                   unfold_channels_last)
-from ._conv import conv_general_dilated
-from ._workspace import (DEFAULT_WORKSPACE_LIMIT, get_workspace_limit, set_workspace_limit,
-                         workspace_limit)
+from .columns.api import (conv_general_dilated_patches, fold, fold_channels_last, unfold,
+                          unfold_channels_last)
+from .common import ffi as _ffi
+from .common.config import (ALGORITHMS, DEFAULT_WORKSPACE_LIMIT, force_algorithm, get_algorithm,
+                            get_workspace_limit, set_algorithm, set_workspace_limit,
+                            workspace_limit)
+from .conv.api import conv_general_dilated
+from .conv.explain import explain
+from .conv.selection import Choice
 
 __all__ = [
     "unfold",
@@ -14,13 +18,19 @@ __all__ = [
     "fold_channels_last",
     "conv_general_dilated_patches",
     "conv_general_dilated",
+    "explain",
+    "Choice",
+    "ALGORITHMS",
+    "force_algorithm",
+    "get_algorithm",
+    "set_algorithm",
     "DEFAULT_WORKSPACE_LIMIT",
     "get_workspace_limit",
     "set_workspace_limit",
     "workspace_limit",
     "has_cuda",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def has_cuda() -> bool:

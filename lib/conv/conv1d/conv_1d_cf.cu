@@ -65,7 +65,7 @@ __device__ __forceinline__ int64_t floor4(int64_t v) { return v >= 0 ? v / 4 * 4
 // truncating toward zero (as this project's wgmma kernels and cuBLAS's and
 // cuDNN's Hopper kernels do). Rounding each fragment to nearest first
 // (cvt.rna) put a dependent instruction before every mma: ncu had the
-// kernels latency-bound (BENCHMARKS.md, step 49).
+// kernels latency-bound (docs/optimization-log.md, step 49).
 __device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(v); }
 
 // Stages `rows` rows of `span` floats (stride `stride`) from row positions
@@ -74,7 +74,7 @@ __device__ __forceinline__ uint32_t tf32_bits(float v) { return __float_as_uint(
 // vector's bounds depend on its position alone, so they are worked out once
 // a tile, not once a row: worked out per vector, they made staging about 40
 // instructions a vector, three times the filter gradient's mma loop in the
-// SASS (BENCHMARKS.md, step 50).
+// SASS (docs/optimization-log.md, step 50).
 __device__ __forceinline__ void stage_rows(float* dst, int stride, const float* src, int64_t pitch,
                                            int rows, int span, int64_t first, int64_t limit) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -457,7 +457,7 @@ cudaError_t conv_1d_cf(const Conv1dCf& p, cudaStream_t stream) {
   c.input_gradient = p.input_gradient;
   c.tiles = static_cast<int32_t>((p.out_w + kTile - 1) / kTile);
   // Two tile buffers: a third (three blocks per multiprocessor where two
-  // buffers fit four) measured 2-4% slower (BENCHMARKS.md, step 49).
+  // buffers fit four) measured 2-4% slower (docs/optimization-log.md, step 49).
   const int bytes = static_cast<int>(conv_1d_cf_shared_bytes(p.ci, p.co, p.taps, p.dilation, 2));
   switch (p.co / 16) {
     case 1: return launch_conv<1, 2>(c, bytes, stream);

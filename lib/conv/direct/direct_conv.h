@@ -71,7 +71,7 @@ constexpr int64_t kDirectMaxTaps = 32;
 // *done is false where these kernels do not apply or their tiles do not fit;
 // the scalar kernels then take the call. At 32 channels per group (jax#13800's
 // grouped 1-D conv) im2col + GEMM measured as fast or faster on the H200
-// (BENCHMARKS.md, step 13); at 8 (ResNeXt) these kernels are 2x faster.
+// (docs/optimization-log.md, step 13); at 8 (ResNeXt) these kernels are 2x faster.
 constexpr int64_t kGroupedMaxChannels = 16;
 
 cudaError_t grouped_forward(const void* x, const void* w, void* y, xla::ffi::DataType in,

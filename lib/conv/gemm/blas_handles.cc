@@ -60,7 +60,13 @@ ffi::ErrorOr<BlasLease> BlasLease::borrow(int device, cudaStream_t stream,
     }
   }
   if (h == nullptr) {
-    // Only when more calls run at once on this device than were prepared.
+    // Only when more calls run at once on this device than were prepared;
+    // never while a CUDA graph is being recorded (cublasCreate allocates).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone)
+      return ffi::Unexpected<ffi::Error>(ffi::Error::Internal(
+          "jax_im2col: no prepared cuBLAS handle for a call recorded into a CUDA graph"));
     auto made = create_handle(device);
     if (made.has_error()) return ffi::Unexpected<ffi::Error>(made.error());
     h = made.value();

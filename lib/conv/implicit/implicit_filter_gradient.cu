@@ -63,7 +63,7 @@ struct Part {
 // groups (TMA's 128-byte swizzle). float32: a warp's 32-bit loads read 4
 // consecutive rows at 2 adjacent chunks, which j ^ 2r spreads over all 32
 // banks (TMA copies could only write j ^ r: 2-way conflicts, and float32
-// measured slower there; BENCHMARKS.md, step 26).
+// measured slower there; docs/optimization-log.md, step 26).
 template <typename T>
 __device__ __forceinline__ int stored_chunk(int r, int j) {
   return std::is_same_v<T, float> ? j ^ ((2 * r) & 7) : j ^ (r & 7);
@@ -478,7 +478,7 @@ bool on_hopper() {
 // arithmetic). Warp tiles of 32 x 64 either way. float32 groups of at most
 // kNarrowFilterChannels output channels (jax#13800's grouped 1-D conv) take
 // 32 x 128 tiles in 4 warps of 32 x 32, whose multiplies and dy copies are
-// not half spent on channels past the group's (BENCHMARKS.md, step 48; a
+// not half spent on channels past the group's (docs/optimization-log.md, step 48; a
 // half type's panel is 64 channels). On Hopper (sm_90a builds) the TMA kernel
 // for half types where it applies. Mirrored by _filter_tile_o() in
 // jax_im2col/_conv_primitives.py (which counts such a group's one tile as 64:

@@ -349,7 +349,7 @@ cudaError_t launch_halo_sm90(const Passes& ps, int64_t groups, int multiprocesso
   return cudaErrorNotSupported;
 #else
   // JAX_IM2COL_NO_HALO=1 leaves these calls to the other kernels: the
-  // benchmark's same-run comparison (BENCHMARKS.md, step 46).
+  // benchmark's same-run comparison (docs/optimization-log.md, step 46).
   static const bool on = switch_on(Switch::kHalo);
   if (!on || !halo_applies<T>(ps)) return cudaErrorNotSupported;
   const int64_t og = ps.pass[0].Og;

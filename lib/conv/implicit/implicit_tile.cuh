@@ -88,7 +88,7 @@ struct Passes {
 // b / count of pass b % count: the phases of a strided input gradient write
 // each region of y at about the same time, so that their stores, stride apart
 // in y, fill each other's sectors in L2 before they go to memory (pass after
-// pass, each left its sectors part-written: BENCHMARKS.md, step 40).
+// pass, each left its sectors part-written: docs/optimization-log.md, step 40).
 template <int BM>
 __device__ __forceinline__ int block_pass(const Passes& ps, int64_t& m0) {
   const int i = static_cast<int>(blockIdx.x % static_cast<unsigned>(ps.count));

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import jax
 
-from . import _cpu
+from .. import _cpu
 
 for _name, _capsule in _cpu.registrations().items():
   jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
 
 try:
-  from . import _cuda
+  from .. import _cuda
 except ImportError as e:  # built without CUDA, or cuBLAS not loadable
   _cuda = None
   cuda_import_error: str | None = str(e)
@@ -32,3 +32,8 @@ CONV_BACKWARD_FILTER = "jax_im2col_conv_backward_filter"
 
 def has_cuda_module() -> bool:
   return _cuda is not None
+
+
+def hopper_kernels_compiled() -> bool:
+  """Whether the CUDA module carries the sm_90a (wgmma) kernels."""
+  return _cuda is not None and bool(_cuda.hopper_kernels())

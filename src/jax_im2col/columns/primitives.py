@@ -14,10 +14,9 @@ import jax
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from . import _ffi
-from ._geometry import Window
-from ._primitive import make_primitive
-from ._zeros import empty_safe
+from ..common import ffi as _ffi
+from ..common.geometry import Window
+from ..common.primitive import empty_safe, make_primitive
 
 unfold_p = make_primitive("im2col_unfold")
 fold_p = make_primitive("im2col_fold")

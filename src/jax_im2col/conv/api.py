@@ -1,5 +1,7 @@
 """``conv_general_dilated``: a drop-in for ``jax.lax.conv_general_dilated``
-computed as im2col + GEMM, with gradients built from fold and GEMM."""
+on the convolution primitives: arguments checked and brought to a canonical
+layout, then one primitive per op, each lowered by the algorithm that
+selection.py chooses for it."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _conv_primitives as P
-from ._api import check_float_array, conv_dimension_numbers
-from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, check_lax_padding,
-                        resolve_padding, transposed_window)
-from ._workspace import get_workspace_limit
+from ..common.arguments import HALF_DTYPES, check_float_array, conv_dimension_numbers
+from ..common.config import get_algorithm, get_workspace_limit
+from ..common.geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range,
+                               check_lax_padding, resolve_padding, transposed_window)
+from . import primitives as P
+from .batching import images_into_channels
 
 _HIGHEST_NAMES = {"highest", "float32", "high", "bfloat16_3x"}
 _DEFAULT_NAMES = {"default", "fastest", "bfloat16", "tensorfloat32"}
@@ -163,7 +166,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
   w = _transpose(rhs, rhs_perm)
   if batch_groups > 1:  # batch groups become feature groups over stacked channels
     x = x.reshape((batch_groups, n // batch_groups, *x.shape[1:]))
-    x = P.images_into_channels(x, channels_last)
+    x = images_into_channels(x, channels_last)
     groups = batch_groups
 
   out_dtype = np.dtype(lhs.dtype if preferred_element_type is None
@@ -174,11 +177,11 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     raise TypeError(f"preferred_element_type must not be narrower than the inputs' {x.dtype}, "
                     f"got {out_dtype}")
   if out_dtype.itemsize > np.dtype(x.dtype).itemsize and not (
-      np.dtype(x.dtype) in P._HALF and out_dtype == np.float32):
+      np.dtype(x.dtype) in HALF_DTYPES and out_dtype == np.float32):
     x, w = x.astype(out_dtype), w.astype(out_dtype)  # e.g. float32 -> float64
 
   spec = P.ConvSpec(window=window, channels_last=channels_last, groups=groups, precision=level,
-                    workspace_limit=get_workspace_limit())
+                    workspace_limit=get_workspace_limit(), algorithm=get_algorithm())
   y = _convolve(x, w, spec, out_dtype, in_spatial)
   y = _transpose(y, out_perm)
   if out_sharding is not None:

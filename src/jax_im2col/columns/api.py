@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import operator
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from . import _unfold
-from ._geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range, check_lax_padding,
-                        padding_pairs, resolve_padding)
-
-FLOAT_DTYPES = tuple(np.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
-
-
-def check_float_array(x, name: str):
-  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-    try:
-      x = jnp.asarray(x)
-    except TypeError:
-      raise TypeError(f"{name} must be an array, got {type(x).__name__}") from None
-  if np.dtype(x.dtype) not in FLOAT_DTYPES:
-    raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {x.dtype}")
-  return x
-
+from ..common.arguments import check_float_array, conv_dimension_numbers
+from ..common.geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range,
+                               check_lax_padding, padding_pairs, resolve_padding)
+from . import primitives
 
 def _spatial_rank(kernel_size) -> int:
   try:
@@ -72,8 +57,8 @@ def _unfold_public(x, kernel_size, dilation, padding, stride, channels_last: boo
   x = check_float_array(x, "x")
   what = "(*spatial, C)" if channels_last else "(C, *spatial)"
   x, unbatched = _add_batch(x, window.nd + 1, "x", what)
-  _check_fits(window, _unfold.image_spatial(x.shape, channels_last), "unfold")
-  out = _unfold.unfold(x, window=window, channels_last=channels_last)
+  _check_fits(window, primitives.image_spatial(x.shape, channels_last), "unfold")
+  out = primitives.unfold(x, window=window, channels_last=channels_last)
   return out[0] if unbatched else out
 
 
@@ -93,7 +78,7 @@ def _fold_public(cols, output_size, kernel_size, dilation, padding, stride, chan
   if positions != expected:
     raise ValueError(f"cols: L = {positions} does not match the {expected} windows that fit in "
                      f"output_size {spatial}")
-  out = _unfold.fold(cols, window=window, channels_last=channels_last, spatial=spatial)
+  out = primitives.fold(cols, window=window, channels_last=channels_last, spatial=spatial)
   return out[0] if unbatched else out
 
 
@@ -167,7 +152,7 @@ def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs
   check_index_range(window, x.shape[2:], "conv_general_dilated_patches")
   out_spatial = window.output_spatial(x.shape[2:])
   n, c = x.shape[:2]
-  cols = _unfold.unfold(x, window=window, channels_last=False)
+  cols = primitives.unfold(x, window=window, channels_last=False)
   if rank_of != sorted(rank_of):
     cols = cols.reshape((n, c, *kernel, cols.shape[-1]))
     cols = jnp.transpose(cols, (0, 1, *(2 + np.argsort(rank_of)), nd + 2))
@@ -176,11 +161,3 @@ def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs
   if preferred_element_type is not None:
     out = out.astype(preferred_element_type)
   return out
-
-
-def conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers) -> lax.ConvDimensionNumbers:
-  """lax's own parsing, with its errors re-raised as ValueError naming the argument."""
-  try:
-    return lax.conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers)
-  except (TypeError, ValueError, AssertionError) as e:
-    raise ValueError(f"dimension_numbers: {e}") from None

@@ -1,0 +1,1 @@
+"""unfold (im2col) and fold (col2im): the public functions and the primitives."""
