@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from ..common.arguments import HALF_DTYPES, check_float_array, conv_dimension_numbers
 from ..common.config import get_algorithm, get_workspace_limit
@@ -106,16 +108,46 @@ def _convolve(x, w, spec, out_dtype, in_spatial):
                 in_spatial=out_spatial)
 
 
-def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
-                         dimension_numbers=None, feature_group_count=1, batch_group_count=1,
-                         precision=None, preferred_element_type=None, out_sharding=None):
-  """Drop-in for ``jax.lax.conv_general_dilated`` (same arguments, shapes and
-  dtypes), computed as im2col + GEMM with its own gradient rules.
+def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequence[int],
+                         padding: str | Sequence[tuple[int, int]],
+                         lhs_dilation: Sequence[int] | None = None,
+                         rhs_dilation: Sequence[int] | None = None, dimension_numbers=None,
+                         feature_group_count: int = 1, batch_group_count: int = 1, precision=None,
+                         preferred_element_type=None, out_sharding=None) -> jax.Array:
+  """A drop-in for :func:`jax.lax.conv_general_dilated`: the same arguments,
+  result shape and dtype, computed by the project's kernels or XLA's,
+  whichever the measured rules choose for each op (see :func:`explain`).
 
-  Channels-first (``NC...``) and channels-last (``N...C``) inputs run natively;
-  other layouts are transposed to the nearer one. ``precision``: on the GPU,
-  float32 at DEFAULT uses TF32 tensor cores, at HIGH or HIGHEST full float32;
-  half types use tensor cores with float32 accumulation.
+  Args:
+    lhs: the input, rank 3 to 5 (1 to 3 spatial dimensions), laid out as
+      ``dimension_numbers`` says (default ``NC...``).
+    rhs: the filter, same rank (default ``OI...``), ``I`` = input features /
+      ``feature_group_count``.
+    window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+    feature_group_count, batch_group_count: as in lax. ``padding`` is
+      ``"SAME"``, ``"SAME_LOWER"``, ``"VALID"`` or ``(low, high)`` pairs
+      (negative allowed); ``lhs_dilation`` makes a transposed convolution,
+      which runs as the input gradient of the strided window.
+    precision: as in lax: float32 at ``DEFAULT`` may use TF32 tensor cores on
+      the GPU, ``HIGH`` / ``HIGHEST`` keep full float32; None follows
+      ``jax.default_matmul_precision``.
+    preferred_element_type: the result's dtype, no narrower than the inputs'
+      (float32 for half inputs gives the float32 accumulation).
+    out_sharding: as in lax (where the installed jax has it).
+
+  Returns:
+    The convolution, shaped and typed as lax's.
+
+  Channels-first (``NC...``) and channels-last (``N...C``) operands run
+  natively; other layouts are transposed to the nearer one. dtypes: float16,
+  bfloat16, float32, float64 (``lhs`` and ``rhs`` alike).
+
+  Raises:
+    TypeError: a non-float dtype, mismatched dtypes, or a narrower
+      ``preferred_element_type``.
+    ValueError: inconsistent ranks, features, groups, strides, dilations,
+      padding or dimension numbers (the message names the argument); an
+      algorithm forced by :func:`force_algorithm` that does not apply.
   """
   lhs = check_float_array(lhs, "lhs")
   rhs = check_float_array(rhs, "rhs")
