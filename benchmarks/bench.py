@@ -775,7 +775,7 @@ def same_size_copy(b: Bench, base: dict, dt: str):
   per size. Unlike the large copy of the ceilings, it pays what a kernel of
   a few microseconds pays (launch, ramp, tail): the 7 x 7 rows' bound. It
   runs in float32 whatever the row's type: XLA's bfloat16 x + 1 reaches only
-  73-79% of the copy bandwidth (twenty-fifth session), which made the bound
+  73-79% of the copy bandwidth (H100, 2026-11-24), which made the bound
   loose for 2-byte rows."""
   key = base["bytes"]
   if key not in b.same_size:

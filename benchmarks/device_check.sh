@@ -8,7 +8,7 @@
 # (benchmark progress), bench.json, bench.md, bench.png. Each step runs even if
 # the one before failed; a short summary is printed last.
 #
-# The whole benchmark takes longer than one device call allows: run it in parts
+# The whole benchmark takes longer than one 10-minute command allows: run it in parts
 # (BENCH_ARGS="--only ceil,unfold,fold", then "--only fwd,bwd --layouts cf", ...)
 # and join the parts' bench.json files with benchmarks/merge_results.py.
 #
@@ -130,7 +130,7 @@ fi
 # unseen: the platform allocator gives each buffer its own. XLA's autotuning
 # is off: with it on, compute-sanitizer itself died (SIGSEGV, no report, no
 # Python fault) partway through tests/test_conv.py; with it off the same tests
-# ran to the end (BENCHMARKS.md, thirtieth session, calls 5-6).
+# ran to the end (H200, 2026-11-25).
 sanitize_rc=skipped
 if [ -n "${SANITIZE:-}" ]; then
   san_cap=$(min "${SANITIZE_TIMEOUT:-180}" $(($(left) - bench_share - 10)))

@@ -1,7 +1,7 @@
 """Merges the bench.json files of several bench.py runs into one bench.json,
 bench.md and bench.png.
 
-The whole benchmark does not fit in one device call, so a session runs it in
+The whole benchmark does not fit in one 10-minute command, so it runs in
 parts (`--only`, `--layouts`, `--cases`). Files are given oldest first; a later
 file's records replace an earlier file's for the same (section, case, dtype,
 layout), so every row keeps all its peers from one run. Ceilings come from the

@@ -691,7 +691,7 @@ def test_tap_sum_reference_matches_lax():
 # pair of 8 x 8 output tiles in turn, the pair reaching past the right edge
 # after the pair left of it. A store past the edge (onto the next row's first
 # positions) would then land after the true one: this case catches the
-# kernel's edge mask missing (BENCHMARKS.md, fifteenth session, calls 6-7),
+# kernel's edge mask missing (docs/optimization-log.md, H100, 2026-11-23),
 # which the cases above do not.
 HALO_IN_TURN = dict(n=1, c=264 * 64, o=264 * 8, groups=264, spatial=(8, 31), kernel=(3, 3),
                     strides=(1, 1), padding="SAME", rhs_dilation=(1, 1))

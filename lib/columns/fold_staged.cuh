@@ -171,7 +171,7 @@ __device__ __forceinline__ int32_t fold_planes_load(TC* tile, const TC* __restri
 //    reads it at one window position at most (position_reading), with the
 //    stride S when S > 0 (a compile-time constant), else g.stride.
 //    taps_reading's run-time divisions made wav2vec's fold 1.6x slower
-//    (step 58, call 2).
+//    (step 58).
 template <int ND, int S, int V, RunStores ST, typename TC, typename TX>
 __device__ __forceinline__ void fold_planes_gather(const TC* tile, TX* __restrict__ x, const Geometry& g, int64_t C,
                                                    int64_t n0, const ColumnsLayout& lay, const FoldPlanesPlan& p,

@@ -24,7 +24,7 @@ constexpr int64_t kFoldVectorMaxStride = 2;
 // rows were latency-bound); 1 for the others, in the loop as it was before
 // step 59 (batched, their occupancy fell to the batch's registers, 42 -> 64
 // a thread, float32 rows 4-16 points slower; the batched loop run with a
-// batch of 1 also lost: the stem 59 -> 47%, step 59 call 6).
+// batch of 1 also lost: the stem 59 -> 47%, step 59).
 template <typename TC>
 constexpr int fold_vector_batch() {
   return sizeof(TC) == 2 ? 4 : 1;

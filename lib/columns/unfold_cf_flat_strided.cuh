@@ -9,8 +9,8 @@
 // even ones the thread stores. Vectors that cross a row's end or read
 // padding take their entries one at a time. The tiled unfold stored
 // wav2vec's rows of 1599 positions (not whole vectors) an element at a time:
-// 2-byte stores, 21.8 of each 32-byte sector written (ncu, thirty-fourth
-// session). Against it: wav2vec bfloat16 22.2 -> 20.5 us, float32 38.7 ->
+// 2-byte stores, 21.8 of each 32-byte sector written (ncu, H200,
+// 2026-11-26). Against it: wav2vec bfloat16 22.2 -> 20.5 us, float32 38.7 ->
 // 36.8 us (docs/optimization-log.md, step 100).
 #pragma once
 

@@ -12,7 +12,7 @@
 // 16-byte store a vector, whole sectors. The tiled unfold (unfold_cl_write.cuh)
 // stores a warp's 128 bytes from rows of 294 (bfloat16 stem): 25.8 bytes of
 // each 32-byte sector written on average, with L1 and L2 84% and 81% busy
-// (ncu, thirty-fourth session).
+// (ncu, H200, 2026-11-26).
 #pragma once
 
 #include <algorithm>
