@@ -32,7 +32,7 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   DwTile t;
   if (switch_on(Switch::kDwTiles) &&
       plan_dw_tile(dw_bound(p), c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),
-                   switch_on(Switch::kDwNarrowRuns), &t)) {
+                   switch_on(Switch::kDwNarrowRuns), n * p.count, &t)) {
     const int32_t v = dw_vector(elem, true);
     t.vector_io = cl && c % v == 0 && aligned_to(x, v * elem) && aligned_to(y, v * out_elem);
     return cl ? dw_forward_tiles_cl(in, out, x, w, y, p, t, n, c, stream)

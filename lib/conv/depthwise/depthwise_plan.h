@@ -188,6 +188,51 @@ inline int32_t dw_log2(int32_t v) {
 }
 inline int64_t dw_round16(int64_t v) { return (v + 15) / 16 * 16; }
 
+// The most channel vectors (channels-first: channels) a block takes: small
+// planes need wide runs to fill a block.
+constexpr int32_t kDwMaxRun = 64;
+
+// The largest power of two run of at most kDwMaxRun vectors (of `vectors`),
+// and the narrowest one allowed: runs of 128 bytes (a wavefront of lanes)
+// unless `narrow`.
+inline void dw_runs(int64_t vectors, int32_t lanes, bool cl, bool narrow, int32_t* nv_max, int32_t* nv_min) {
+  *nv_max = 1;
+  while (*nv_max * 2 <= kDwMaxRun && *nv_max * 2 <= vectors) *nv_max *= 2;
+  *nv_min = 1;
+  if (cl && !narrow)
+    while (*nv_min * 2 <= lanes && *nv_min * 2 <= *nv_max) *nv_min *= 2;
+}
+
+// The threads of blocks of `threads` and `smem` bytes that fit on an SM
+// (228 KB of shared memory, 1 KB reserved a block; registers for two blocks
+// of kDwThreads at 128 a thread: launch_bounds(kDwThreads, 2)).
+inline double dw_resident_threads(int32_t threads, int64_t smem) {
+  const int64_t by_smem = (228 * 1024) / (smem + 1024);
+  const int64_t by_regs = 65536 / (int64_t{threads} * 128);
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(std::min(by_smem, by_regs), 32));
+  return static_cast<double>(std::min<int64_t>(blocks * threads, 2048));
+}
+
+// A plan's cost: bytes staged per output (amplification, over the share of
+// threads with outputs), times the shortfall of resident threads below 512
+// (latency hiding), over the share of lanes of the block's warps in use,
+// times 1.25 for channels-last runs under 32 bytes (a global segment under
+// a sector).
+// Over the share of the last wave of blocks in use (kDwSMs multiprocessors,
+// those resident on each).
+constexpr int64_t kDwSMs = 132;
+
+inline double dw_plan_cost(double amplification, int32_t threads, int64_t smem, int64_t run_bytes, bool cl,
+                           int64_t blocks) {
+  const double lanes = static_cast<double>(threads) / ((threads + 31) / 32 * 32);
+  const double resident = dw_resident_threads(threads, smem);
+  const int64_t slots = kDwSMs * std::max<int64_t>(1, static_cast<int64_t>(resident) / threads);
+  const double waves = static_cast<double>(blocks) / (static_cast<double>((blocks + slots - 1) / slots) * slots);
+  double cost = amplification * std::max(1.0, 512.0 / resident) / lanes / waves;
+  if (cl && run_bytes < 32) cost *= 1.25;
+  return cost;
+}
+
 // --- forward tiles ---------------------------------------------------------------
 
 // A block takes th x tw outputs (of one image, one plane of dimension 0) and
@@ -243,12 +288,12 @@ inline int64_t dw_tile_bytes(const DwGeom& g, DwTile& t, size_t elem, size_t acc
 
 // The forward tile for g (a phase bound for the input gradient) with C
 // channels of elem_bytes, accumulators of acc_bytes and outputs of
-// out_bytes; `ring` allows the register ring where g's stride divides its
+// out_bytes, for n_blocks images times phases; `ring` allows the register ring where g's stride divides its
 // dilation along W, `narrow` allows runs narrower than 128 bytes. False
 // where no tile fits `budget` bytes (kDwSmemBudget; the host tests pass
 // less, to run many stages and tiles); the per-element kernel then runs.
 inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_t acc, size_t out_elem,
-                         bool ring, bool narrow, DwTile* out, int64_t budget = kDwSmemBudget) {
+                         bool ring, bool narrow, int64_t n_blocks, DwTile* out, int64_t budget = kDwSmemBudget) {
   if (g.out_size() <= 0 || C <= 0) return false;
   const int32_t v = dw_vector(elem, cl);
   const int64_t vectors = (C + v - 1) / v;
@@ -257,13 +302,12 @@ inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_
   const bool use_ring = ring && g.dil[2] % g.stride[2] == 0;
   const int32_t q = use_ring ? g.dil[2] / g.stride[2] : 1;
   if (q > kDwThreads) return false;
-  int32_t nv_max = 1;
-  while (nv_max * 2 <= lanes && nv_max * 2 <= vectors) nv_max *= 2;
+  int32_t nv_max, nv_min;
+  dw_runs(vectors, lanes, cl, narrow, &nv_max, &nv_min);
   bool found = false;
   double best_cost = 0;
   DwTile best;
-  for (int32_t nv = nv_max; nv >= 1; nv /= 2) {
-    if (!narrow && cl && nv < nv_max) break;
+  for (int32_t nv = nv_max; nv >= nv_min; nv /= 2) {
     DwTile t;
     t.cl = cl;
     t.v = v;
@@ -304,16 +348,13 @@ inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_
     t.tiles_h = (OH + t.th - 1) / t.th;
     t.tiles_w = (OW + t.tw - 1) / t.tw;
     t.runs = static_cast<int32_t>(cl ? (C + t.cbp - 1) / t.cbp : (C + t.nv - 1) / t.nv);
-    // Cost: bytes staged per output (halo, stages), over the share of
-    // threads with outputs, with a penalty for small blocks and for 16-byte
-    // global segments.
     const double staged = static_cast<double>(t.stages_h) * t.stages_w * t.ph * t.pw;
     const double useful = static_cast<double>(std::min(t.th, OH)) * std::min(t.tw, OW);
     const double util = static_cast<double>(OH) * OW /
                         (static_cast<double>(t.tiles_h) * t.th * t.tiles_w * t.tw);
-    double cost = staged / useful / util;
-    if (t.threads < 128) cost *= 128.0 / t.threads;
-    if (cl && t.cbp * elem < 32) cost *= 1.25;
+    const double cost = dw_plan_cost(staged / useful / util, t.threads, dw_tile_bytes(g, t, elem, acc, out_elem),
+                                     int64_t{t.cbp} * static_cast<int64_t>(elem), cl,
+                                     int64_t{t.runs} * t.tiles_w * t.tiles_h * g.out[0] * n_blocks);
     if (!found || cost < best_cost * 0.97) {
       found = true;
       best_cost = cost;
@@ -339,16 +380,17 @@ inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_
 // --- filter-gradient tiles ---------------------------------------------------------
 
 // The taps per chunk of a kernel row that a filter-gradient thread sums
-// (the kernel's KC): the one of 3, 5, 7, 8 that wastes the fewest masked
-// taps over the row's chunks, the larger on a tie.
-inline int32_t dw_filter_chunk(int32_t KW) {
+// (the kernel's KC), one of 3, 5, 7, 8: the fewest issue slots over the
+// row's chunks, a step of a chunk costing its v * kc FMAs and about 4 more
+// (two loads, their addresses), the larger on a tie.
+inline int32_t dw_filter_chunk(int32_t KW, int32_t v) {
   int32_t best = 8;
-  int64_t best_slots = int64_t{(KW + 7) / 8} * 8;
+  int64_t best_cost = int64_t{(KW + 7) / 8} * (v * 8 + 4);
   for (int32_t kc : {7, 5, 3}) {
-    const int64_t slots = int64_t{(KW + kc - 1) / kc} * kc;
-    if (slots < best_slots) {
+    const int64_t cost = int64_t{(KW + kc - 1) / kc} * (v * kc + 4);
+    if (cost < best_cost) {
       best = kc;
-      best_slots = slots;
+      best_cost = cost;
     }
   }
   return best;
@@ -370,6 +412,7 @@ struct DwFilterTile {
   int32_t p = 1;                    // threads splitting a tile's positions
   int32_t tr = 1, tw = 1;           // output tile
   int32_t segw = 1, segs = 1;       // a tile row's segments
+  double balance = 1;               // the share of the p threads' rounds with an item
   int32_t ph = 1, pw = 1, pwa = 1;  // x tile: rows, columns, row pitch (pixels)
   int32_t plane = 1;                // elements per staged channel (channels-first) or of the whole tile
   int32_t dplane = 1;               // dy tile, likewise
@@ -380,6 +423,33 @@ struct DwFilterTile {
   int32_t nv_shift = 0, cbp_shift = 0;  // log2 of nv and cbp (powers of two)
   FastDiv by_pw, by_ph, by_tw, by_tr, by_segs;
 };
+
+// The split of a tile's positions among p threads per (vector, tap row,
+// chunk), `group` of those a block: items are rows, or segments of rows
+// where rows are fewer than the threads want; p divides the items into
+// rounds as evenly as it can (balance: the share of thread-rounds with an
+// item), and a segment's ring warms up over kc - 1 loads (its share of the
+// sweep counts against it).
+inline void dw_filter_split(DwFilterTile& t, int32_t group, int32_t kc) {
+  const int32_t want = std::max(1, kDwThreads / group);
+  double best = -1;
+  const int32_t max_segs = std::max(1, std::min(want, t.tw / (2 * kc)));
+  for (int32_t segs = 1; segs <= max_segs; ++segs) {
+    const int32_t segw = (t.tw + segs - 1) / segs, real = (t.tw + segw - 1) / segw;
+    const int32_t items = t.tr * real;
+    const int32_t rounds = (items + want - 1) / want, p = (items + rounds - 1) / rounds;
+    const double score = static_cast<double>(items) / (static_cast<double>(rounds) * want) *
+                         (static_cast<double>(segw) / (segw + kc - 1));
+    if (score > best * 1.02) {
+      best = score;
+      t.segs = real;
+      t.segw = segw;
+      t.p = p;
+      t.balance = static_cast<double>(items) / (static_cast<double>(rounds) * p);
+    }
+  }
+  t.threads = group * t.p;
+}
 
 // The extents of a slice's region along H and W (rows, columns of its
 // tiles); `rows` is FilterSlices::rows along dimension 3 - nd.
@@ -424,15 +494,14 @@ inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t 
   const int32_t q = use_ring ? g.dil[2] / g.stride[2] : 1;
   int32_t region_h, region_w;
   dw_slice_extent(g, f.rows, &region_h, &region_w);
-  int32_t nv_max = 1;
-  while (nv_max * 2 <= lanes && nv_max * 2 <= vectors) nv_max *= 2;
-  const int32_t kc = dw_filter_chunk(KW);
+  int32_t nv_max, nv_min;
+  dw_runs(vectors, lanes, cl, narrow, &nv_max, &nv_min);
+  const int32_t kc = dw_filter_chunk(KW, v);
   const int32_t chunks = (KW + kc - 1) / kc;
   bool found = false;
   double best_cost = 0;
   DwFilterTile best;
-  for (int32_t nv = nv_max; nv >= 1; nv /= 2) {
-    if (!narrow && cl && nv < nv_max) break;
+  for (int32_t nv = nv_max; nv >= nv_min; nv /= 2) {
     DwFilterTile t;
     t.cl = cl;
     t.v = v;
@@ -455,16 +524,7 @@ inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t 
     t.tw = (region_w + (region_w + t.tw - 1) / t.tw - 1) / ((region_w + t.tw - 1) / t.tw);
     bool fits = false;
     for (int guard = 0; guard < 200; ++guard) {
-      const int32_t group = nv * t.khb * t.chb;
-      const int32_t want = std::max(1, kDwThreads / group);
-      // Items: rows, split into segments of at least 2 * kc columns where
-      // rows are too few for the threads.
-      t.segs = 1;
-      if (t.tr < want) t.segs = std::max(1, std::min((want + t.tr - 1) / t.tr, t.tw / (2 * kc)));
-      t.segw = (t.tw + t.segs - 1) / t.segs;
-      t.segs = (t.tw + t.segw - 1) / t.segw;
-      t.p = std::max(1, std::min(want, t.tr * t.segs));
-      t.threads = group * t.p;
+      dw_filter_split(t, nv * t.khb * t.chb, kc);
       if (dw_filter_tile_bytes(g, t, elem, acc) <= budget) {
         fits = true;
         break;
@@ -486,10 +546,10 @@ inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t 
                           t.ch_groups;
     const double useful = static_cast<double>(t.tr) * t.tw;
     const double util = static_cast<double>(region_h) * region_w /
-                        (static_cast<double>(tiles_h) * t.tr * tiles_w * t.tw);
-    double cost = staged / useful / util;
-    if (t.threads < 128) cost *= 128.0 / t.threads;
-    if (cl && t.cbp * elem < 32) cost *= 1.25;
+                        (static_cast<double>(tiles_h) * t.tr * tiles_w * t.tw) * t.balance;
+    const double cost = dw_plan_cost(staged / useful / util, t.threads, dw_filter_tile_bytes(g, t, elem, acc),
+                                     int64_t{t.cbp} * static_cast<int64_t>(elem), cl,
+                                     f.count * g.kernel[0] * t.kh_groups * t.ch_groups * t.runs);
     if (!found || cost < best_cost * 0.97) {
       found = true;
       best_cost = cost;

@@ -111,7 +111,7 @@ void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int
   using A = typename Acc<T>::type;
   DwTile t;
   const DwGeom bound = dw_bound(p);
-  if (!force_gather && plan_dw_tile(bound, C, CL, sizeof(T), sizeof(A), sizeof(TY), ring, narrow, &t, budget)) {
+  if (!force_gather && plan_dw_tile(bound, C, CL, sizeof(T), sizeof(A), sizeof(TY), ring, narrow, N * p.count, &t, budget)) {
     t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
     ++staged;
     ++(t.ring ? ringed : unringed);
