@@ -78,6 +78,11 @@ set(jax_im2col_cuda_conv
   lib/conv/direct/direct_filter_3d.cu
   lib/conv/direct/grouped_conv.cu
   lib/conv/depthwise/depthwise_rows.cu
+  lib/conv/depthwise/depthwise_conv.cu
+  lib/conv/depthwise/depthwise_forward_cl.cu
+  lib/conv/depthwise/depthwise_forward_cf.cu
+  lib/conv/depthwise/depthwise_filter_cl.cu
+  lib/conv/depthwise/depthwise_filter_cf.cu
   lib/conv/conv1d/conv_1d_cf.cu
   lib/conv/conv1d/conv_1d_cf_conv.cc)
 set(jax_im2col_cuda_ffi

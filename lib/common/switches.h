@@ -46,7 +46,13 @@ namespace im2col {
   X(kStagedFold, "JAX_IM2COL_NO_STAGED_FOLD", \
     "channels-first fold of planes staged whole in shared memory (columns/fold_staged.cuh)") \
   X(kFoldTaps, "JAX_IM2COL_NO_FOLD_TAPS", \
-    "channels-last fold with a thread's taps unrolled (columns/fold_cl_taps.cuh)")
+    "channels-last fold with a thread's taps unrolled (columns/fold_cl_taps.cuh)") \
+  X(kDwRing, "JAX_IM2COL_NO_DW_RING", \
+    "depthwise kernels: inputs held in a register ring along the row, one load per row step (conv/depthwise/depthwise_kernels.cuh)") \
+  X(kDwNarrowRuns, "JAX_IM2COL_NO_DW_NARROW_RUNS", \
+    "depthwise tiles: channel runs narrower than 128 bytes where their smaller halo costs less (conv/depthwise/depthwise_plan.h)") \
+  X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \
+    "depthwise kernels on shared-memory tiles, rather than one thread per output element (conv/depthwise/depthwise_conv.cu)")
 
 enum class Switch : int {
 #define IM2COL_SWITCH_ID(id, env, meaning) id,

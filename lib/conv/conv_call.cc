@@ -31,7 +31,7 @@ ffi::Error conv_shapes(ffi::AnyBuffer::Dimensions x_dims, ffi::AnyBuffer::Dimens
   for (int d = 0; d < nd; ++d)
     s->identity = s->identity && s->g.kernel[d] == 1 && s->g.stride[d] == 1 &&
                   s->g.lhs_dilation[d] == 1 && s->g.pad_lo[d] == 0 && s->g.out[d] == s->g.in[d];
-  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmConv1dCf)
+  if (a.algorithm < kAlgorithmGemm || a.algorithm > kAlgorithmDepthwise)
     return ffi::Error::InvalidArgument("conv: unknown algorithm");
   if (a.chunk_images < 1 || a.chunk_positions < 1 ||
       (a.algorithm == kAlgorithmGemm && a.chunk_positions < s->g.out_size && a.chunk_images != 1))

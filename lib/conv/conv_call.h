@@ -31,7 +31,11 @@ using DataType = ffi::DataType;
 // implicit GEMM, chunk_images is the images made channels-last at once and
 // chunk_positions the parts its reduction is split into
 // (ImplicitConv::splits, ImplicitFilterGradient::splits); for the
-// channels-first 1-D filter gradient, chunk_positions is its slices.
+// channels-first 1-D filter gradient, chunk_positions is its slices; 7 the
+// depthwise kernels (depthwise/depthwise_conv.h: groups == C == O), whose
+// forward and input gradient take no chunks and no workspace and whose
+// filter gradient takes its slices' rows in chunk_positions
+// (depthwise_filter_plan) and their partial sums in the workspace.
 enum Algorithm : int64_t {
   kAlgorithmGemm = 0,
   kAlgorithmDirect = 1,
@@ -46,7 +50,10 @@ enum Algorithm : int64_t {
   kAlgorithmGemmPerImage = 5,
   // Channels-first 1-D convolutions read as they are (conv_1d_cf.h): every
   // op, stride 1.
-  kAlgorithmConv1dCf = 6
+  kAlgorithmConv1dCf = 6,
+  // Depthwise convolutions (depthwise/depthwise_conv.h): every op, either
+  // layout, any window; the last algorithm (conv_shapes' range check).
+  kAlgorithmDepthwise = 7
 };
 
 // Small groups packed for the implicit GEMM: `pack` consecutive groups whose

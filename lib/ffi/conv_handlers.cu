@@ -7,6 +7,7 @@
 
 #include "conv/conv1d/conv_1d_cf_conv.h"
 #include "conv/conv_call.h"
+#include "conv/depthwise/depthwise_conv.h"
 #include "conv/direct/direct_conv.h"
 #include "conv/gemm/blas_handles.h"
 #include "conv/gemm/gemm_conv.h"
@@ -19,6 +20,15 @@ namespace {
 
 DirectShapes direct_shapes(const ConvShapes& s) {
   return DirectShapes{s.image.n, s.image.c, s.O, s.G, s.cl};
+}
+
+// The depthwise kernels' own check of the call (the lowering's mirror is
+// depthwise_applies in src/jax_im2col/conv/depthwise_plan.py).
+ffi::Error depthwise_check(DwOp op, const ConvShapes& s, DataType type) {
+  if (!depthwise_applies(op, s.g, s.cl, type, s.G, s.image.c, s.O))
+    return ffi::Error::InvalidArgument(
+        "conv: the depthwise kernels (algorithm 7) take groups == C == O, no lhs dilation, f16/bf16/f32/f64");
+  return ffi::Error::Success();
 }
 
 ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer w,
@@ -40,6 +50,11 @@ ffi::Error forward(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::A
       return cuda_error(direct_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in,
                                        out, s.g, direct_shapes(s), stream),
                         "direct conv");
+    case kAlgorithmDepthwise:
+      if (auto e = depthwise_check(DwOp::kForward, s, in); e.failure()) return e;
+      return cuda_error(depthwise_forward(x.untyped_data(), w.untyped_data(), y->untyped_data(), in, out, s.g,
+                                          s.image.n, s.image.c, s.cl, stream),
+                        "depthwise conv");
     case kAlgorithmGemm:
       return gemm_forward(stream, device, x, w, y, workspace, s, a);
     default:
@@ -67,6 +82,11 @@ ffi::Error backward_data(cudaStream_t stream, int32_t device, ffi::AnyBuffer dy,
                                              dx->untyped_data(), in, s.g, direct_shapes(s),
                                              stream),
                         "direct conv input gradient");
+    case kAlgorithmDepthwise:
+      if (auto e = depthwise_check(DwOp::kInputGradient, s, in); e.failure()) return e;
+      return cuda_error(depthwise_backward_data(dy.untyped_data(), w.untyped_data(), dx->untyped_data(), in, s.g,
+                                                s.image.n, s.image.c, s.cl, stream),
+                        "depthwise conv input gradient");
     case kAlgorithmGemm:
       return gemm_backward_data(stream, device, dy, w, dx, workspace, s, a);
     default:
@@ -98,6 +118,16 @@ ffi::Error backward_filter(cudaStream_t stream, int32_t device, ffi::AnyBuffer d
                                                dw->untyped_data(), workspace->untyped_data(),
                                                slices, in, s.g, direct_shapes(s), stream),
                         "direct conv filter gradient");
+    }
+    case kAlgorithmDepthwise: {
+      if (auto e = depthwise_check(DwOp::kFilterGradient, s, in); e.failure()) return e;
+      const FilterSlices slices = filter_slices(s.image.n, s.g.out[0], a.chunk_positions);
+      if (workspace->size_bytes() < filter_partials_bytes(slices, s.O * s.CgK, in == DataType::F64))
+        return ffi::Error::InvalidArgument("conv: workspace buffer is smaller than the depthwise plan needs");
+      return cuda_error(depthwise_backward_filter(dy.untyped_data(), x.untyped_data(), dw->untyped_data(),
+                                                  workspace->untyped_data(), slices, in, s.g, s.image.n,
+                                                  s.image.c, s.cl, stream),
+                        "depthwise conv filter gradient");
     }
     default:  // kAlgorithmGemm, kAlgorithmGemmChannelsLast, kAlgorithmGemmPerImage
       return gemm_backward_filter(stream, device, dy, x, dw, workspace, s, a);

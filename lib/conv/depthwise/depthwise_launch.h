@@ -1,0 +1,30 @@
+// The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
+// depthwise_filter_{cl,cf}.cu: one compilation each, so that the build runs
+// them side by side), called by depthwise_conv.cu with their plans.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "conv/depthwise/depthwise_plan.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace im2col::cuda {
+
+// y = the forward of x with w over phases p (tile t), for input type `in`
+// and output type `out` (out == in, or float32 for half inputs).
+cudaError_t dw_forward_tiles_cl(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
+                                const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
+cudaError_t dw_forward_tiles_cf(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
+                                const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
+
+// The filter gradient's partial sums over slices f (tile t).
+cudaError_t dw_filter_tiles_cl(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
+                               const DwGeom& g, const DwFilterTile& t, const FilterSlices& f, int64_t c,
+                               cudaStream_t stream);
+cudaError_t dw_filter_tiles_cf(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
+                               const DwGeom& g, const DwFilterTile& t, const FilterSlices& f, int64_t c,
+                               cudaStream_t stream);
+
+}  // namespace im2col::cuda

@@ -1,0 +1,390 @@
+// The depthwise kernel family (lib/conv/depthwise/depthwise_kernels.cuh)
+// compiled as host code: each block body runs with an executor that runs each
+// of its phases for all threads in turn (the kernel's barriers between them),
+// against float64 references over random geometries: 1-D to 3-D, windows 1-9
+// and 13, 31 (1-D and 2-D) and 63 (1-D), strides and dilations 1-3, paddings
+// from negative to past the window, both layouts, float32, bfloat16 (also
+// with float32 outputs), float16 and float64. Every op: the forward, the input
+// gradient (its phases as forwards), the filter gradient's partial sums and
+// their fixed-order sum; the tiles (planned under small shared-memory budgets
+// too, so that windows run in stages and slices in several tiles), with and
+// without the register rings, and the per-element kernels. Outputs are
+// poisoned before each run and every element is checked. Small integers keep
+// every sum exact, so the checks are equalities after one rounding.
+// Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
+//
+// Mutants it kills (30 rounds each, planted then removed): the forward's
+// input tile one column short (plan, pw without its + 1): 47 failures
+// (forward, input gradient); the input gradient's phases reading the filter
+// forwards (no flip): 357; the second pass dropping the last slice: 386; the
+// filter ring's slot off by one: 142; the filter gradient ignoring its
+// slice's bounds along H and W (sums rows of the next slice): 4, only since
+// the filter tiles are also shrunk at random (before that: 0, a gap).
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "host_cuda.h"
+#include "conv/depthwise/depthwise_kernels.cuh"
+#include "host_reference.h"
+
+using namespace im2col;
+using namespace im2col::cuda;
+
+namespace {
+
+int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0;
+// How often the plans took each path (the summary shows that the cases reach
+// them all): rings, stages of taps, several tiles per filter block, threads
+// meeting in shared memory, row segments, groups of taps across blocks.
+int ringed = 0, unringed = 0, multi_stage = 0, multi_tile = 0, met = 0, segmented = 0, tap_groups = 0;
+
+// Runs each(f) for every thread of the block in turn, each with its state.
+template <typename State>
+struct HostExec {
+  std::vector<State> s;
+  explicit HostExec(unsigned threads) : s(threads) {}
+  template <typename F>
+  void each(F&& f) {
+    for (unsigned t = 0; t < s.size(); ++t) {
+      threadIdx.x = t;
+      f(s[t]);
+    }
+  }
+  void sync() {}
+};
+
+const char* type_name(size_t bytes) { return bytes == 2 ? "half" : bytes == 4 ? "f32" : "f64"; }
+
+// A random forward geometry of rank nd: windows mostly 1-9, sometimes 13 or
+// 31 (1-D, 2-D) or 63 (1-D); extents small enough for the references.
+Geometry random_geometry(int nd) {
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  for (int attempt = 0;; ++attempt) {
+    Geometry g;
+    g.nd = nd;
+    const int big = draw(0, 9);
+    for (int d = 0; d < nd; ++d) {
+      const bool last = d == nd - 1;
+      int k = nd == 3 ? draw(1, 5) : draw(1, 9);
+      if (nd < 3 && big == 0) k = last ? (nd == 1 ? 63 : 31) : (nd == 2 ? draw(1, 13) : k);
+      if (nd < 3 && big == 1) k = 13;
+      g.kernel[d] = k;
+      g.rhs_dilation[d] = k > 9 ? draw(1, 2) : draw(1, 3);
+      g.stride[d] = draw(1, 3);
+      const int64_t window = (k - 1) * g.rhs_dilation[d] + 1;
+      const int extent_max = nd == 3 ? 9 : nd == 2 ? 20 : 90;
+      g.in[d] = draw(1, static_cast<int>(std::min<int64_t>(extent_max, window + 12)));
+      if (k > 9) g.in[d] = draw(static_cast<int>(window / 2), static_cast<int>(window + (nd == 1 ? 40 : 8)));
+      g.pad_lo[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 5)));
+      pad_hi[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 5)));
+      if (k > 9 && draw(0, 1) == 0) g.pad_lo[d] = pad_hi[d] = (window - 1) / 2;  // SAME
+    }
+    finish_geometry(g, pad_hi);
+    if (g.out_size > 0 || attempt > 20) return g;
+  }
+}
+
+int64_t out0_size(const Geometry& g) { return g.out[0]; }
+
+// x (layout cl or cf) -> element (n, spatial offset s, channel c).
+int64_t at(bool cl, int64_t n, int64_t s, int64_t c, int64_t C, int64_t size) {
+  return cl ? (n * size + s) * C + c : (n * C + c) * size + s;
+}
+
+template <typename T>
+std::vector<T> random_values(int64_t count) {
+  std::vector<T> v(count);
+  for (auto& e : v) e = from_float<T>(static_cast<float>(draw(-2, 2)));
+  return v;
+}
+
+// Runs every block of a forward launch (phases p, tile t) on the host.
+template <bool CL, int S, typename T, typename TY>
+void run_tiles(const T* x, const T* w, TY* y, const DwPhases& p, const DwTile& t, int64_t N, int64_t C) {
+  using A = typename Acc<T>::type;
+  constexpr int V = CL ? (sizeof(T) == 8 ? 2 : 4) : 1;
+  std::vector<unsigned char> smem(t.smem + 64, 0xcd);
+  HostExec<DwForwardState<A, V>> e(static_cast<unsigned>(t.threads));
+  blockDim.x = static_cast<unsigned>(t.threads);
+  const int64_t total = p.count * N * t.blocks;
+  for (int64_t b = 0; b < total; ++b) dw_forward_block<CL, S, T, TY>(e, smem.data(), x, w, y, p, t, N, C, b);
+}
+
+// The forward machinery on phases p, as depthwise_conv.cu runs it: tiles
+// where they fit (budget), else the per-element kernel.
+template <bool CL, typename T, typename TY>
+void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int64_t C, bool ring, bool narrow,
+                int64_t budget, bool force_gather) {
+  using A = typename Acc<T>::type;
+  DwTile t;
+  const DwGeom bound = dw_bound(p);
+  if (!force_gather && plan_dw_tile(bound, C, CL, sizeof(T), sizeof(A), sizeof(TY), ring, narrow, N * p.count, &t, budget)) {
+    t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
+    ++staged;
+    ++(t.ring ? ringed : unringed);
+    multi_stage += t.stages_h * t.stages_w > 1;
+    if (t.ring) run_tiles<CL, 1, T, TY>(x, w, y, p, t, N, C);
+    else run_tiles<CL, 0, T, TY>(x, w, y, p, t, N, C);
+    return;
+  }
+  ++gathered;
+  for (int i = 0; i < p.count; ++i) {
+    const int64_t total = N * C * p.g[i].out_size();
+    for (int64_t j = 0; j < total; ++j) dw_gather_element<T, TY>(x, w, y, p.g[i], C, CL, j);
+  }
+}
+
+struct Options {
+  bool ring, narrow, gather;
+  int64_t budget;
+};
+
+Options random_options() {
+  Options o;
+  o.ring = draw(0, 3) != 0;
+  o.narrow = draw(0, 3) != 0;
+  o.gather = draw(0, 9) == 0;
+  const int b = draw(0, 3);
+  o.budget = b == 0 ? 3 * 1024 : b == 1 ? 12 * 1024 : kDwSmemBudget;
+  return o;
+}
+
+void describe(const char* what, const Geometry& g, int64_t N, int64_t C, bool cl, size_t bytes, const Options& o) {
+  std::printf("FAIL: %s nd %d %s %s N %lld C %lld ring %d narrow %d gather %d budget %lld\n", what, g.nd,
+              cl ? "cl" : "cf", type_name(bytes), static_cast<long long>(N), static_cast<long long>(C), o.ring,
+              o.narrow, o.gather, static_cast<long long>(o.budget));
+  for (int d = 0; d < g.nd; ++d)
+    std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
+                static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
+                static_cast<long long>(g.kernel[d]), static_cast<long long>(g.stride[d]),
+                static_cast<long long>(g.rhs_dilation[d]), static_cast<long long>(g.pad_lo[d]));
+}
+
+template <typename TY>
+bool check(const std::vector<TY>& got, const std::vector<double>& want, const char* what, const Geometry& g,
+           int64_t N, int64_t C, bool cl, size_t bytes, const Options& o) {
+  const int64_t bad = first_mismatch(got, want);
+  if (bad < 0) return true;
+  describe(what, g, N, C, cl, bytes, o);
+  std::printf("  element %lld of %zu: got %g, want %g\n", static_cast<long long>(bad), got.size(),
+              to_double(got[bad]), stored<TY>(want[bad]));
+  return false;
+}
+
+template <bool CL, typename T, typename TY>
+bool forward_case(int nd) {
+  const Geometry g = random_geometry(nd);
+  if (g.out_size == 0) return true;
+  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t K = g.kernel_size;
+  const Options o = random_options();
+  const auto x = random_values<T>(N * C * g.in_size);
+  const auto w = random_values<T>(C * K);
+  std::vector<TY> y(N * C * g.out_size, from_float<TY>(777.0f));
+  std::vector<double> want(y.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t l = 0; l < g.out_size; ++l)
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t s = source(g, l, k);
+          if (s >= 0)
+            want[at(CL, n, l, c, C, g.out_size)] +=
+                to_double(x[at(CL, n, s, c, C, g.in_size)]) * to_double(w[c * K + k]);
+        }
+  DwPhases p;
+  p.count = 1;
+  p.g[0] = dw_lift(g);
+  run_phases<CL, T, TY>(x.data(), w.data(), y.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather);
+  ++ran_forward;
+  return check(y, want, "forward", g, N, C, CL, sizeof(T), o);
+}
+
+template <bool CL, typename T>
+bool backward_case(int nd) {
+  const Geometry g = random_geometry(nd);
+  if (g.out_size == 0) return true;
+  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t K = g.kernel_size;
+  const Options o = random_options();
+  const auto dy = random_values<T>(N * C * g.out_size);
+  const auto w = random_values<T>(C * K);
+  std::vector<T> dx(N * C * g.in_size, from_float<T>(777.0f));
+  std::vector<double> want(dx.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t l = 0; l < g.out_size; ++l)
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t s = source(g, l, k);
+          if (s >= 0)
+            want[at(CL, n, s, c, C, g.in_size)] +=
+                to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(w[c * K + k]);
+        }
+  const int64_t phases = gradient_phase_count(g);
+  for (int64_t i0 = 0; i0 < phases; i0 += kDwMaxPhases) {
+    DwPhases p;
+    for (int64_t i = i0; i < std::min<int64_t>(phases, i0 + kDwMaxPhases); ++i) {
+      GradientPhase ph;
+      if (!gradient_phase(g, i, &ph)) {
+        describe("no gradient phase", g, N, C, CL, sizeof(T), o);
+        return false;
+      }
+      if (ph.has_positions) p.g[p.count++] = dw_phase(g, ph);
+    }
+    if (p.count > 0) run_phases<CL, T, T>(dy.data(), w.data(), dx.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather);
+  }
+  ++ran_backward;
+  return check(dx, want, "input gradient", g, N, C, CL, sizeof(T), o);
+}
+
+template <bool CL, int S, int KC, typename T>
+void run_filter_tiles(const T* dy, const T* x, typename Acc<T>::type* partials, const DwGeom& g, const DwFilterTile& t,
+                      const FilterSlices& f, int64_t C) {
+  using A = typename Acc<T>::type;
+  constexpr int V = CL ? (sizeof(T) == 8 ? 2 : 4) : 1;
+  std::vector<unsigned char> smem(t.smem + 64, 0xcd);
+  HostExec<DwFilterState<A, V, KC>> e(static_cast<unsigned>(t.threads));
+  blockDim.x = static_cast<unsigned>(t.threads);
+  for (int64_t b = 0; b < t.blocks; ++b) dw_filter_block<CL, S, KC, T>(e, smem.data(), dy, x, partials, g, t, f, C, b);
+}
+
+template <bool CL, int KC, typename T>
+void run_filter_kc(const T* dy, const T* x, typename Acc<T>::type* partials, const DwGeom& g, const DwFilterTile& t,
+                   const FilterSlices& f, int64_t C) {
+  if (t.ring) run_filter_tiles<CL, 1, KC, T>(dy, x, partials, g, t, f, C);
+  else run_filter_tiles<CL, 0, KC, T>(dy, x, partials, g, t, f, C);
+}
+
+template <bool CL, typename T>
+bool filter_case(int nd) {
+  using A = typename Acc<T>::type;
+  const Geometry g = random_geometry(nd);
+  if (g.out_size == 0) return true;
+  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t K = g.kernel_size;
+  const Options o = random_options();
+  const auto x = random_values<T>(N * C * g.in_size);
+  const auto dy = random_values<T>(N * C * g.out_size);
+  // Slices: the plan's (mirrored in Python), or rows drawn.
+  int64_t rows;
+  if (draw(0, 1) == 0) {
+    const DwFilterPlan plan = depthwise_filter_plan(N, g.nd, g.out, C, K, sizeof(T), sizeof(T) == 8, CL,
+                                                    int64_t{1} << 30);
+    rows = plan.rows;
+    const FilterSlices fs = filter_slices(N, g.out[0], rows);
+    if (plan.slices != fs.count ||
+        plan.workspace_bytes != std::max<int64_t>(1, static_cast<int64_t>(filter_partials_bytes(fs, C * K, sizeof(T) == 8)))) {
+      describe("filter plan disagrees with its slices", g, N, C, CL, sizeof(T), o);
+      return false;
+    }
+  } else {
+    rows = draw(0, 1) == 0 ? draw(1, static_cast<int>(g.out[0]) + 1) : g.out[0];
+  }
+  const FilterSlices f = filter_slices(N, g.out[0], rows);
+  std::vector<A> partials(f.count * K * C, A(-999));
+  const DwGeom dg = dw_lift(g);
+  DwFilterTile t;
+  if (!o.gather && plan_dw_filter_tile(dg, f, C, CL, sizeof(T), sizeof(A), o.ring, o.narrow, &t, o.budget)) {
+    t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
+    if (draw(0, 1) == 0) {
+      // Tiles smaller than planned, in rows and columns: a slice's last tile
+      // then ends inside the slice (and its rows may run past it).
+      t.tr = draw(1, t.tr);
+      t.tw = draw(1, t.tw);
+      dw_filter_split(t, t.nv * t.khb * t.chb, t.kc);
+      t.smem = dw_filter_tile_bytes(dg, t, sizeof(T), sizeof(A));
+      t.by_pw = FastDiv(t.pw);
+      t.by_ph = FastDiv(t.ph);
+      t.by_tw = FastDiv(t.tw);
+      t.by_tr = FastDiv(t.tr);
+      t.by_segs = FastDiv(t.segs);
+    }
+    ++staged;
+    ++(t.ring ? ringed : unringed);
+    int32_t region_h, region_w;
+    dw_slice_extent(dg, f.rows, &region_h, &region_w);
+    multi_tile += region_h > t.tr || region_w > t.tw;
+    met += t.p > 1;
+    segmented += t.segs > 1;
+    tap_groups += t.kh_groups * t.ch_groups > 1;
+    switch (t.kc) {
+      case 3: run_filter_kc<CL, 3>(dy.data(), x.data(), partials.data(), dg, t, f, C); break;
+      case 5: run_filter_kc<CL, 5>(dy.data(), x.data(), partials.data(), dg, t, f, C); break;
+      case 7: run_filter_kc<CL, 7>(dy.data(), x.data(), partials.data(), dg, t, f, C); break;
+      default: run_filter_kc<CL, 8>(dy.data(), x.data(), partials.data(), dg, t, f, C); break;
+    }
+  } else {
+    ++gathered;
+    for (int64_t i = 0; i < f.count * K * C; ++i) dw_filter_element<T>(dy.data(), x.data(), partials.data(), dg, f, C, CL, i);
+  }
+  // Each slice's partial sums against a float64 sum over its rows.
+  const int64_t rest = g.out_size / g.out[0];
+  std::vector<double> want(partials.size(), 0.0);
+  for (int64_t slice = 0; slice < f.count; ++slice) {
+    const int64_t n = slice / f.per_image, part = slice % f.per_image;
+    const int64_t l0 = part * f.rows * rest, l1 = std::min(g.out[0], (part + 1) * f.rows) * rest;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t l = l0; l < l1; ++l)
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t s = source(g, l, k);
+          if (s >= 0)
+            want[(slice * K + k) * C + c] +=
+                to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(x[at(CL, n, s, c, C, g.in_size)]);
+        }
+  }
+  ++ran_filter;
+  if (!check(partials, want, "filter partial sums", g, N, C, CL, sizeof(T), o)) {
+    std::printf("  tile: nv %d kc %d khb %d chb %d p %d tr %d tw %d segs %d q %d ring %d\n", t.nv, t.kc, t.khb, t.chb,
+                t.p, t.tr, t.tw, t.segs, t.q, t.ring);
+    return false;
+  }
+  // The second pass: each element's lanes, then the kernel's pairwise tree.
+  std::vector<T> dw(C * K, from_float<T>(777.0f));
+  std::vector<double> dw_want(C * K, 0.0);
+  const int64_t elements = C * K;
+  for (int64_t i = 0; i < elements; ++i) {
+    A lanes[kDwReduceLanes];
+    for (int32_t l = 0; l < kDwReduceLanes; ++l) lanes[l] = dw_reduce_lane(partials.data(), elements, f.count, i, l);
+    for (int32_t half = kDwReduceLanes / 2; half > 0; half /= 2)
+      for (int32_t l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+    const int64_t k = i / C, c = i % C;
+    dw[c * K + k] = store_value<T>(lanes[0]);
+    for (int64_t s = 0; s < f.count; ++s) dw_want[c * K + k] += want[(s * K + k) * C + c];
+  }
+  return check(dw, dw_want, "filter gradient", g, N, C, CL, sizeof(T), o);
+}
+
+template <bool CL>
+void layout_cases(Tally& run, int nd) {
+  run(forward_case<CL, float, float>(nd));
+  run(forward_case<CL, __nv_bfloat16, __nv_bfloat16>(nd));
+  run(forward_case<CL, __half, float>(nd));
+  run(backward_case<CL, float>(nd));
+  run(backward_case<CL, __half>(nd));
+  run(filter_case<CL, float>(nd));
+  run(filter_case<CL, __nv_bfloat16>(nd));
+  if (draw(0, 2) == 0) {
+    run(forward_case<CL, double, double>(nd));
+    run(backward_case<CL, double>(nd));
+    run(filter_case<CL, double>(nd));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 100;
+  Tally run;
+  for (int i = 0; i < rounds; ++i) {
+    for (int nd = 1; nd <= 3; ++nd) {
+      layout_cases<true>(run, nd);
+      layout_cases<false>(run, nd);
+    }
+  }
+  std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs\n",
+              ran_forward, ran_backward, ran_filter, staged, gathered);
+  std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
+              "threads meeting, %d segmented rows, %d tap groups\n",
+              ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);
+  return run.report();
+}

@@ -1,0 +1,299 @@
+"""Depthwise convolutions (groups == C == O) of jax_im2col.conv_general_dilated
+against lax: the forward and both gradients (jax.vjp: dx, dw), 1-D to 3-D,
+windows 3 to 31 (63 in 1-D), strides, dilations, SAME / VALID / explicit
+(asymmetric, negative) paddings, both layouts, float16 / bfloat16 / float32 /
+float64, and the layers of ConvNeXt-T (7x7) and MobileNetV2 (3x3, stride 1
+and 2) at batch 2.
+
+The GPU variants run inside jax_im2col.force_algorithm("depthwise"), so that
+every op takes the depthwise kernels (lib/conv/depthwise/, algorithm 7;
+tracing raises where they do not apply); the CPU variants run the same checks
+through the CPU implementation. The oracle is lax on the CPU in float64 on
+the same (rounded) inputs.
+
+Tolerances (relative error over the whole array, test_conv.rel_err): float64
+1e-10; float32 2e-5 (float32 products summed in float32 over at most
+N * positions ~ 10^4 terms a filter tap: random-walk rounding ~ sqrt(n) *
+2^-24 ~ 1e-5 at worst per element, far less over the norm; no TF32: these
+kernels use no tensor cores, and the CPU's GEMM rounds likewise); float16 and
+bfloat16 2e-2 (one rounding of the float32 sum to the type: 2^-11 / 2^-8
+relative per element), float32 outputs of half inputs 2e-5.
+"""
+
+import contextlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jax_im2col
+from conftest import GPU_DEVICES, on_platform
+
+conv = jax_im2col.conv_general_dilated
+
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")]
+PLATFORMS = [pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=GPU)]
+
+F16, BF16, F32, F64 = (np.dtype(np.float16), np.dtype(jnp.bfloat16), np.dtype(np.float32),
+                       np.dtype(np.float64))
+DTYPES = [pytest.param(d, id=d.name) for d in (F32, BF16, F16, F64)]
+TOL = {F64: 1e-10, F32: 2e-5, BF16: 2e-2, F16: 2e-2}
+
+SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+
+
+# As test_conv's (kept here so that this file needs only conftest).
+def rel_err(actual, expected):
+  a, b = np.asarray(actual).astype(np.float64), np.asarray(expected).astype(np.float64)
+  num, den = np.linalg.norm(a - b), np.linalg.norm(b)
+  return (0.0 if num == 0 else np.inf) if den == 0 else num / den
+
+
+def assert_close(actual, expected, tol, dtype):
+  assert actual.shape == expected.shape, (actual.shape, expected.shape)
+  assert actual.dtype == dtype, (actual.dtype, dtype)
+  assert np.all(np.isfinite(np.asarray(actual).astype(np.float64)))
+  err = rel_err(actual, expected)
+  assert err <= tol, f"relative error {err:.3g} > {tol:.3g}"
+
+
+def on_cpu(fn, *args):
+  """fn(*args) computed by XLA on the CPU: the oracle on every platform."""
+  args = [np.asarray(a) for a in args]
+  with jax.default_device(jax.devices("cpu")[0]):
+    return jax.tree.map(np.asarray, fn(*args))
+
+
+@contextlib.contextmanager
+def depthwise_on(platform):
+  """On the GPU, every op of the convolutions traced inside takes the
+  depthwise kernels; on the CPU, the CPU implementation runs."""
+  with on_platform(platform):
+    if platform == "gpu":
+      with jax_im2col.force_algorithm("depthwise"):
+        yield
+    else:
+      yield
+
+
+def dimension_numbers(nd, channels_last):
+  sp = SPATIAL[nd]
+  if channels_last:
+    return ("N" + sp + "C", sp + "IO", "N" + sp + "C")
+  return ("NC" + sp, "OI" + sp, "NC" + sp)
+
+
+def operands(n, spatial, c, kernel, channels_last, dtype, seed):
+  """x and w of a depthwise convolution (w: (*K, 1, C) or (C, 1, *K)), drawn
+  in float32 and rounded to dtype."""
+  rng = np.random.default_rng(seed)
+  x_shape = (n, *spatial, c) if channels_last else (n, c, *spatial)
+  w_shape = (*kernel, 1, c) if channels_last else (c, 1, *kernel)
+  x = rng.standard_normal(x_shape).astype(np.float32)
+  w = rng.standard_normal(w_shape).astype(np.float32) / np.sqrt(np.prod(kernel))
+  return jnp.asarray(x, dtype), jnp.asarray(w, dtype)
+
+
+def check_depthwise(platform, *, n=2, spatial, c, kernel, strides, padding, rhs_dilation=None, channels_last=True,
+                    dtype=F32, seed=0, preferred=None):
+  """The forward, dx and dw of ours against lax's (float64, on the CPU)."""
+  nd = len(spatial)
+  kwargs = dict(window_strides=strides, padding=padding, rhs_dilation=rhs_dilation,
+                dimension_numbers=dimension_numbers(nd, channels_last), feature_group_count=c)
+  x, w = operands(n, spatial, c, kernel, channels_last, dtype, seed)
+  with depthwise_on(platform):
+    y = jax.jit(lambda x, w: conv(x, w, preferred_element_type=preferred, **kwargs))(x, w)
+    ct = jnp.asarray(np.random.default_rng(seed + 1).standard_normal(y.shape).astype(np.float32), dtype)
+
+    @jax.jit
+    def grads(x, w, ct):
+      _, vjp = jax.vjp(lambda x, w: conv(x, w, **kwargs), x, w)
+      return vjp(ct)
+
+    dx, dw = grads(x, w, ct)
+
+  def reference(x, w, ct):
+    y_ref, vjp = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, precision=lax.Precision.HIGHEST, **kwargs),
+                         x, w)
+    return (y_ref, *vjp(ct))
+
+  wide = lambda a: np.asarray(a).astype(np.float64)
+  y_ref, dx_ref, dw_ref = on_cpu(reference, wide(x), wide(w), wide(ct))
+  out_dtype = np.dtype(preferred) if preferred is not None else dtype
+  assert_close(y, y_ref.astype(out_dtype), TOL[out_dtype], dtype=out_dtype)
+  assert_close(dx, dx_ref.astype(dtype), TOL[dtype], dtype=dtype)
+  assert_close(dw, dw_ref.astype(dtype), TOL[dtype], dtype=dtype)
+
+
+# --- windows, strides, dilations, paddings: 2-D --------------------------------------
+
+# (kernel, spatial, channels, strides, rhs_dilation, padding)
+WINDOWS_2D = [
+    (3, (9, 11), 16, (1, 1), (1, 1), "SAME"),
+    (3, (12, 13), 24, (2, 2), (1, 1), "SAME"),
+    (3, (10, 9), 6, (2, 1), (2, 2), ((1, 2), (0, 1))),
+    (3, (8, 8), 3, (1, 2), (1, 1), ((-1, 2), (2, -1))),  # negative padding, channels not a vector
+    (7, (14, 14), 32, (1, 1), (1, 1), "SAME"),
+    (7, (17, 16), 8, (2, 2), (1, 1), "VALID"),
+    (7, (15, 13), 12, (1, 1), (2, 2), ((3, 3), (6, 0))),
+    (7, (16, 18), 20, (2, 1), (1, 2), ((2, 4), (5, 1))),
+    (13, (20, 22), 8, (1, 1), (1, 1), "SAME"),
+    (13, (27, 25), 4, (2, 2), (2, 1), ((6, 5), (0, 7))),
+    (31, (33, 35), 8, (1, 1), (1, 1), "SAME"),
+    (31, (36, 31), 5, (2, 2), (1, 1), ((15, 15), (-1, 2))),
+]
+
+
+def _window_id(case):
+  k, spatial, c, s, d, p = case
+  pad = p if isinstance(p, str) else "pad" + "_".join(f"{lo}.{hi}" for lo, hi in p)
+  return f"k{k}-in{'x'.join(map(str, spatial))}-c{c}-s{''.join(map(str, s))}-d{''.join(map(str, d))}-{pad}"
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("channels_last", [True, False], ids=["nhwc", "nchw"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", WINDOWS_2D, ids=[_window_id(c) for c in WINDOWS_2D])
+def test_windows_2d(platform, channels_last, dtype, case):
+  k, spatial, c, strides, dilation, padding = case
+  check_depthwise(platform, spatial=spatial, c=c, kernel=(k, k), strides=strides, padding=padding,
+                  rhs_dilation=dilation, channels_last=channels_last, dtype=dtype, seed=k)
+
+
+# --- 1-D (up to 63 taps) and 3-D -------------------------------------------------------
+
+WINDOWS_1D = [
+    (63, (150,), 16, (1,), (1,), "SAME"),
+    (63, (200,), 8, (2,), (2,), "VALID"),
+    (63, (90,), 6, (1,), (1,), ((40, -3),)),
+    (5, (77,), 12, (3,), (1,), ((2, 2),)),
+]
+
+WINDOWS_3D = [
+    ((3, 3, 3), (6, 7, 8), 16, (1, 1, 1), (1, 1, 1), "SAME"),
+    ((3, 3, 3), (7, 8, 9), 8, (2, 2, 2), (1, 1, 1), "SAME"),
+    ((3, 3, 3), (6, 9, 7), 6, (1, 2, 1), (2, 1, 2), ((2, 1), (0, 1), (1, 2))),
+    ((5, 5, 5), (7, 8, 9), 8, (1, 1, 1), (1, 1, 1), "SAME"),
+    ((5, 5, 5), (9, 9, 10), 4, (2, 1, 2), (1, 1, 1), "VALID"),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("channels_last", [True, False], ids=["nwc", "ncw"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", WINDOWS_1D, ids=[f"k{c[0]}-in{c[1][0]}-s{c[3][0]}-d{c[4][0]}-{i}"
+                                                  for i, c in enumerate(WINDOWS_1D)])
+def test_windows_1d(platform, channels_last, dtype, case):
+  k, spatial, c, strides, dilation, padding = case
+  check_depthwise(platform, spatial=spatial, c=c, kernel=(k,), strides=strides, padding=padding,
+                  rhs_dilation=dilation, channels_last=channels_last, dtype=dtype, seed=k)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("channels_last", [True, False], ids=["ndhwc", "ncdhw"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", WINDOWS_3D, ids=[f"k{c[0][0]}-s{''.join(map(str, c[3]))}-{i}"
+                                                  for i, c in enumerate(WINDOWS_3D)])
+def test_windows_3d(platform, channels_last, dtype, case):
+  kernel, spatial, c, strides, dilation, padding = case
+  check_depthwise(platform, spatial=spatial, c=c, kernel=kernel, strides=strides, padding=padding,
+                  rhs_dilation=dilation, channels_last=channels_last, dtype=dtype, seed=kernel[0])
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [pytest.param(BF16, id="bfloat16"), pytest.param(F16, id="float16")])
+def test_half_inputs_float32_output(platform, dtype):
+  check_depthwise(platform, spatial=(14, 14), c=32, kernel=(7, 7), strides=(1, 1), padding="SAME", dtype=dtype,
+                  preferred=F32)
+
+
+# --- model layers at batch 2 ------------------------------------------------------------
+
+# ConvNeXt-T's 7x7 depthwise layers (SAME, stride 1): (spatial, channels).
+CONVNEXT = [(56, 96), (28, 192), (14, 384), (7, 768)]
+# MobileNetV2's 3x3 depthwise layers (padding 1): (spatial, channels, stride).
+MOBILENET = [(112, 32, 1), (112, 96, 2), (56, 144, 1), (56, 144, 2), (28, 192, 1), (28, 192, 2), (14, 384, 1),
+             (14, 576, 1), (14, 576, 2), (7, 960, 1)]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [pytest.param(F32, id="float32"), pytest.param(BF16, id="bfloat16")])
+@pytest.mark.parametrize("layer", CONVNEXT, ids=[f"{s}x{s}x{c}" for s, c in CONVNEXT])
+def test_convnext_layers(platform, dtype, layer):
+  s, c = layer
+  check_depthwise(platform, spatial=(s, s), c=c, kernel=(7, 7), strides=(1, 1), padding=((3, 3), (3, 3)),
+                  dtype=dtype, seed=s)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [pytest.param(F32, id="float32"), pytest.param(BF16, id="bfloat16")])
+@pytest.mark.parametrize("layer", MOBILENET, ids=[f"{s}x{s}x{c}-s{st}" for s, c, st in MOBILENET])
+def test_mobilenet_layers(platform, dtype, layer):
+  s, c, stride = layer
+  check_depthwise(platform, spatial=(s, s), c=c, kernel=(3, 3), strides=(stride, stride),
+                  padding=((1, 1), (1, 1)), dtype=dtype, seed=s + stride)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_convnext_layer_channels_first(platform):
+  check_depthwise(platform, spatial=(28, 28), c=192, kernel=(7, 7), strides=(1, 1), padding="SAME",
+                  channels_last=False)
+
+
+# --- the GPU runs the depthwise kernels --------------------------------------------------
+
+TARGETS = ("jax_im2col_conv_forward", "jax_im2col_conv_backward_data", "jax_im2col_conv_backward_filter")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
+@pytest.mark.parametrize("channels_last", [True, False], ids=["nhwc", "nchw"])
+def test_forced_lowering_is_algorithm_7(channels_last):
+  """Under force_algorithm("depthwise") each of the three custom calls of a
+  forward and its gradients carries algorithm 7 (kAlgorithmDepthwise)."""
+  kwargs = dict(window_strides=(2, 2), padding="SAME", dimension_numbers=dimension_numbers(2, channels_last),
+                feature_group_count=16)
+  x, w = operands(2, (14, 14), 16, (7, 7), channels_last, F32, 0)
+
+  def loss(x, w):
+    return jnp.sum(conv(x, w, **kwargs) ** 2)
+
+  with jax_im2col.force_algorithm("depthwise"):
+    text = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).trace(x, w).lower(
+        lowering_platforms=("cuda",)).as_text()
+  for target in TARGETS:
+    calls = [line for line in text.splitlines() if f"custom_call @{target}(" in line]
+    assert calls, target
+    for line in calls:
+      assert re.search(r"algorithm = 7 : i64", line), line[:300]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
+def test_forced_depthwise_refuses_grouped():
+  """Where the depthwise kernels do not apply (2 channels a group), forcing
+  them raises at trace time."""
+  x = jnp.zeros((1, 8, 8, 8), jnp.float32)
+  w = jnp.zeros((3, 3, 2, 8), jnp.float32)
+  with on_platform("gpu"), jax_im2col.force_algorithm("depthwise"), pytest.raises(ValueError):
+    jax.jit(lambda x, w: conv(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                              feature_group_count=4)).lower(x, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
+def test_filter_gradient_is_deterministic():
+  """The filter gradient sums fixed slices in a fixed order: the same bits
+  on every run."""
+  kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=96)
+  x, w = operands(8, (56, 56), 96, (7, 7), True, F32, 3)
+  ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56, 56, 96)), jnp.float32)
+  with depthwise_on("gpu"):
+    dw = jax.jit(lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kwargs), w)[1](ct)[0])
+    first = np.asarray(dw(x, w, ct))
+    for _ in range(3):
+      np.testing.assert_array_equal(np.asarray(dw(x, w, ct)), first)
