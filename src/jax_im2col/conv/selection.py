@@ -29,6 +29,7 @@ from ..common.arguments import HALF_DTYPES
 from ..common.device import DeviceCaps
 from ..common.geometry import gradient_phases
 from . import routing
+from .depthwise_plan import depthwise_applies, depthwise_filter_plan
 from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, PRECISION_DEFAULT,
                          ConvSpec)
 from .workspace import (BLAS_WORKSPACE_BYTES, MAX_GROUPS_IMPLICIT, align, conv_1d_cf_slices,
@@ -37,7 +38,7 @@ from .workspace import (BLAS_WORKSPACE_BYTES, MAX_GROUPS_IMPLICIT, align, conv_1
 
 # The `algorithm` attribute of the FFI calls (Algorithm in lib/conv/conv_call.h).
 FFI_ALGORITHMS = {"gemm": 0, "direct": 1, "implicit": 2, "implicit_packed": 3,
-                  "gemm_channels_last": 4, "gemm_per_image": 5, "conv1d_cf": 6}
+                  "gemm_channels_last": 4, "gemm_per_image": 5, "conv1d_cf": 6, "depthwise": 7}
 
 _INT32_LIMIT = 1 << 31
 
@@ -560,6 +561,22 @@ def _direct_choice(p: ConvProblem) -> Choice:
   return Choice("direct", why, p.n, rows, slices * p.o * taps * acc)
 
 
+def _depthwise_choice(p: ConvProblem) -> Choice:
+  """The depthwise kernels (lib/conv/depthwise/): register-blocked tiles for
+  any window; the filter gradient in slices of rows whose partial sums are
+  added in order (depthwise_filter_plan)."""
+  why = ("depthwise kernel: halo tiles in shared memory, a register ring along each row"
+         if p.op != FILTER_GRADIENT else
+         "depthwise filter gradient: register rings over taps, slices summed in order")
+  if p.op != FILTER_GRADIENT:
+    return Choice("depthwise", why)
+  spec = p.spec
+  rows, _, workspace = depthwise_filter_plan(
+      n=p.n, out_spatial=p.out_spatial, c=p.c, kernel_size=spec.window.kernel_size,
+      dtype=p.dtype, channels_last=spec.channels_last, workspace_limit=spec.workspace_limit)
+  return Choice("depthwise", why, 1, rows, workspace)
+
+
 def _conv1d_choice(p: ConvProblem, device) -> Choice:
   why = "channels-first 1-D kernel: rows read as they are, mma.sync in TF32"
   if p.op != FILTER_GRADIENT:
@@ -584,6 +601,9 @@ def _candidates(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
   found: dict[str, Callable[[], Optional[Choice]]] = {}
   if conv_1d_cf_applies(spec, dtype, c, o, device, in_w=in_w, out_w=out_w, op=p.op):
     found["conv1d_cf"] = lambda: _conv1d_choice(p, device)
+  if depthwise_applies(op=p.op, nd=spec.window.nd, channels_last=spec.channels_last, dtype=dtype,
+                       groups=spec.groups, c=c, o=o, lhs_dilation=spec.window.lhs_dilation):
+    found["depthwise"] = lambda: _depthwise_choice(p)
   if p.op in (FORWARD, INPUT_GRADIENT):
     grad = p.op == INPUT_GRADIENT
     extent = implicit_pass_extent(spec, p.in_spatial if grad else p.out_spatial,
