@@ -23,6 +23,9 @@
 #   PYTEST_ARGS="-k conv -x"          pytest arguments (default: the GPU variants of every
 #                                     test, "-m gpu", in 8 workers; CI runs the CPU ones)
 #   BENCH_ARGS="--only conv --layouts cf"   extra benchmark arguments
+#   RUN_AFTER="python3 benchmarks/models.py --out \$OUT/models ..."   commands run after the
+#                  tests (before the benchmark), each line on its own, output -> after.log;
+#                  RUN_AFTER_TIMEOUT=300 caps them together
 #   TOTAL_BUDGET=570   seconds for the whole script (one device command may run 600 s);
 #                      the tests get what the build left, less the benchmark's share
 #   BUILD_TIMEOUT=240  TESTS_TIMEOUT=300  BENCH_TIMEOUT=240   caps per step (seconds)
@@ -145,6 +148,17 @@ if [ -n "${SANITIZE:-}" ]; then
   step "sanitizer rc=$sanitize_rc"
 fi
 
+# ---------------------------------------------------------------- other commands
+after_rc=skipped
+if [ -n "${RUN_AFTER:-}" ]; then
+  after_cap=$(min "${RUN_AFTER_TIMEOUT:-300}" $(($(left) - bench_share - 5)))
+  step "RUN_AFTER (cap ${after_cap}s) -> after.log"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 10 "$after_cap" bash -c "$RUN_AFTER" \
+    > "$OUT/after.log" 2>&1
+  after_rc=$?
+  step "RUN_AFTER rc=$after_rc"
+fi
+
 # ---------------------------------------------------------------- benchmark
 bench_rc=skipped
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
@@ -178,6 +192,10 @@ if [ "$sanitize_rc" != skipped ]; then
   echo "sanitizer: rc=$sanitize_rc; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -n 1)"
   grep -E '^========= (Invalid|Race|Uninitialized|Barrier|Program hit)' "$OUT/sanitizer.log" | sort | uniq -c | head -n 10
 fi
+if [ "$after_rc" != skipped ]; then
+  echo "after:   rc=$after_rc"
+  tail -n 40 "$OUT/after.log" | cut -c1-250
+fi
 if [ "$bench_rc" != skipped ]; then
   echo "bench:   rc=$bench_rc; $(tail -n 1 "$OUT/bench.log")"
   if [ -f "$OUT/bench.md" ]; then
@@ -192,7 +210,7 @@ fi
 echo "files:   $(cd "$OUT" && ls -m)"
 
 status=0
-for rc in "$build_rc" "$smoke_rc" "$tests_rc" "$sanitize_rc" "$bench_rc"; do
+for rc in "$build_rc" "$smoke_rc" "$tests_rc" "$sanitize_rc" "$after_rc" "$bench_rc"; do
   case "$rc" in 0 | skipped*) ;; *) status=1 ;; esac
 done
 exit $status
