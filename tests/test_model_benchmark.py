@@ -1,0 +1,136 @@
+"""The whole-model benchmark (benchmarks/models.py) on the CPU.
+
+Every model of the zoo at its tiny preset takes one train step's loss and
+gradients with XLA's float64 convolution and with ours, which must agree to
+float64 rounding (XLA's own convolution is the oracle). The per-layer
+recording must find each full-size model's distinct convolutions (for
+ResNet-50, MobileNetV2 and ConvNeXt-T those of shared/models-h200.md), and
+the command line must write its reports.
+"""
+
+import json
+import pathlib
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import models  # noqa: E402  (benchmarks/models.py, by path)
+from model_bench import agreement, per_layer  # noqa: E402
+from model_bench.problem import IMPLS, init_variables  # noqa: E402
+from model_bench.steps import loss_and_grad  # noqa: E402
+from model_zoo import MODELS  # noqa: E402
+from model_zoo.layers import LaxConv  # noqa: E402
+
+
+def _ours_gradient_jaxpr(spec) -> str:
+  """The jaxpr of ours' tiny model's loss and gradient, traced abstractly."""
+  p = spec.presets["tiny"]
+  x = jax.ShapeDtypeStruct((p.batch, *p.input_shape), jnp.float32)
+  module = spec.build("tiny", IMPLS["ours"], None)
+  variables = jax.eval_shape(lambda k, x: module.init(k, x, train=False),
+                             jax.random.key(0, impl="rbg"), x)
+  labels = jax.ShapeDtypeStruct((p.batch, *p.input_shape[:-1]) if spec.dense_labels else (p.batch,),
+                                jnp.int32)
+  state = {k: v for k, v in variables.items() if k != "params"}
+  return str(jax.make_jaxpr(loss_and_grad(module))(variables["params"], state, x, labels))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_float64_train_step_matches_xla(name):
+  spec = MODELS[name]
+  assert "im2col_conv_forward" in _ours_gradient_jaxpr(spec)  # ours is wired in
+  result = agreement.float64_agreement(spec, "tiny", init_variables(spec, "tiny"))
+  assert result["loss_rel"] < 1e-10, result
+  assert result["grad_rel"] < 1e-8, result
+  assert result["grad_worst_leaf_rel"] < 1e-8, result
+
+
+# (distinct convolutions, uses) of one forward at the full preset.
+FULL_CONVS = {"resnet50": (23, 53), "mobilenetv2": (30, 52), "convnext_t": (8, 22),
+              "unet3d": (15, 18), "wavenet": (13, 93)}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_per_layer_recording_finds_every_convolution(name):
+  uses = per_layer.record_convs(MODELS[name], "full", "f32")
+  assert (len(uses), sum(uses.values())) == FULL_CONVS[name]
+  calls = list(uses)
+  if name == "convnext_t":  # shared/models-h200.md's second row: the 7x7 depthwise
+    assert (calls[1].lhs_shape, calls[1].rhs_shape, calls[1].feature_group_count,
+            uses[calls[1]]) == ((32, 56, 56, 96), (7, 7, 1, 96), 96, 3)
+  if name == "unet3d":  # the three transposed convolutions as lhs-dilated ones
+    transposed = [c for c in calls if c.lhs_dilation == (2, 2, 2)]
+    assert [c.lhs_shape[1] for c in transposed] == [8, 16, 32]
+    assert all(c.padding == ((1, 1),) * 3 and c.rhs_shape[:3] == (2, 2, 2) for c in transposed)
+  if name == "wavenet":  # causal: padded by the dilation on the left only
+    dilated = [c for c in calls if c.rhs_shape[0] == 2 and c.rhs_shape[1] == 128]
+    assert [(c.rhs_dilation, c.padding) for c in dilated] == [((2**i,), ((2**i, 0),))
+                                                              for i in range(10)]
+
+
+def test_per_layer_timing_and_explain_share(monkeypatch):
+  """One convolution timed alone; with an `explain` (faked: the forward ours,
+  the gradients XLA's) the share of ours' time in own kernels is the
+  forward's share."""
+  call = next(iter(per_layer.record_convs(MODELS["wavenet"], "tiny", "f32")))
+
+  class Choice:
+    def __init__(self, algorithm):
+      self.algorithm, self.reason = algorithm, "test"
+
+  def explain(lhs, rhs, window_strides, padding, **kwargs):
+    assert (lhs.shape, rhs.shape, kwargs["rhs_dilation"]) == (call.lhs_shape, call.rhs_shape,
+                                                          call.rhs_dilation)
+    return {"forward": Choice("im2col"), "input_gradient": Choice("xla"),
+            "filter_gradient": Choice("xla")}
+
+  monkeypatch.setattr(per_layer.jax_im2col, "explain", explain, raising=False)
+  row = {"uses": 2, "explain": per_layer.explain(call)}
+  row["times"] = per_layer.time_conv(call, steps=1, repeats=1, split_gradients=True)
+  t = row["times"]
+  assert set(t) == {"fwd", "bwd", "dgrad", "wgrad"}
+  assert all(t[op][f"{impl}_ms"] > 0 for op in t for impl in IMPLS)
+  ours = {op: t[op]["ours_ms"] for op in ("fwd", "dgrad", "wgrad")}
+  assert per_layer.own_kernel_share([row]) == pytest.approx(ours["fwd"] / sum(ours.values()))
+  assert per_layer.own_kernel_share([{**row, "explain": None}]) is None
+
+
+def test_fallback_conv_matches_flax_conv():
+  """LaxConv (for a flax without nn.Conv's conv_general_dilated field) has
+  nn.Conv's parameters and outputs, strided, grouped, dilated and lhs-dilated."""
+  kwargs = dict(features=6, kernel_size=(3, 2), strides=(2, 1), padding=((1, 2), (0, 1)),
+                input_dilation=(1, 2), kernel_dilation=(2, 1), feature_group_count=2)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal((2, 9, 7, 4)), jnp.float32)
+  key = jax.random.key(1)
+  shapes = jax.eval_shape(nn.Conv(**kwargs).init, key, x)
+  fallback = LaxConv(**kwargs)
+  assert jax.eval_shape(fallback.init, key, x) == shapes
+  variables = jax.tree.map(lambda s: jnp.asarray(rng.standard_normal(s.shape), s.dtype), shapes)
+  np.testing.assert_allclose(fallback.apply(variables, x), nn.Conv(**kwargs).apply(variables, x),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_command_line_writes_reports(tmp_path):
+  results = models.main(["--preset", "tiny", "--models", "wavenet", "--dtypes", "f32",
+                         "--modes", "train,infer", "--f64-check", "off", "--out", str(tmp_path)])
+  written = json.loads((tmp_path / "models.json").read_text())
+  assert written == json.loads(json.dumps(results))
+  (record,) = written["models"]
+  assert record["errors"] == {}
+  run = record["runs"]["f32"]
+  for mode in ("train", "infer"):
+    assert run[mode]["timing"]["xla_ms"] > 0 and run[mode]["timing"]["ours_ms"] > 0
+  assert run["train"]["gradients"]["agrees"]
+  assert run["train"]["loss"]["rel"][0] < 1e-5
+  assert run["train"]["memory"]["ours"]["peak"] > 0
+  assert written["environment"]["platform"] == "cpu"
+  md = (tmp_path / "models.md").read_text()
+  assert "| WaveNet (gated, causal dilated 1-D) | 2, 16x1 | f32 |" in md
+  assert "### Errors" not in md
