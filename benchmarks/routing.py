@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The measurements behind src/jax_im2col/conv/routing.py: every distinct
+convolution of the benchmark's models, each op (forward, input gradient,
+filter gradient) timed alone with the project's kernels only ("own", the
+algorithm select() prefers among them) and with XLA's convolution, side by
+side, in float32 (DEFAULT precision) and bfloat16.
+
+    python benchmarks/routing.py --out DIR [--models resnet50,...] [--dtypes f32,bf16]
+        [--preset full] [--steps 10] [--repeats 3] [--deadline-s 400]
+
+Writes DIR/routing.json (one row per layer, dtype and op: shapes, the
+layer's uses in the model, the own algorithm, ms of each, ratio own / XLA)
+and DIR/routing.md (the rows, and per op and class of convolution the
+geometric mean of the ratios). Rows stop at the deadline; what was measured
+is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jax_im2col
+from model_bench.environment import environment
+from model_bench.per_layer import _ops, record_convs
+from model_bench.problem import IMPLS
+from model_bench.timing import calls, interleaved, summarize
+from model_zoo import MODELS
+
+OPS = {"fwd": "forward", "dgrad": "input_gradient", "wgrad": "filter_gradient"}
+
+
+def conv_class(call) -> str:
+  """The class of convolution the routing rules speak of."""
+  nd = len(call.lhs_shape) - 2
+  groups = call.feature_group_count
+  channels = call.rhs_shape[-2] * groups if call.dimension_numbers else call.lhs_shape[1]
+  parts = [f"{nd}d"]
+  if groups > 1:
+    parts.append("depthwise" if call.rhs_shape[-2] == 1 and groups == channels else "grouped")
+  if call.lhs_dilation and any(d != 1 for d in call.lhs_dilation):
+    parts.append("transposed")
+  if call.rhs_dilation and any(d != 1 for d in call.rhs_dilation):
+    parts.append("dilated")
+  kernel = call.rhs_shape[:nd] if call.dimension_numbers else call.rhs_shape[2:]
+  parts.append("1x1" if all(k == 1 for k in kernel) else "x".join(map(str, kernel)))
+  if any(s != 1 for s in call.window_strides):
+    parts.append("strided")
+  return " ".join(parts)
+
+
+def measure(call, steps, repeats) -> dict:
+  """ms of each op, own kernels and XLA, and the own algorithm per op."""
+  keys = jax.random.split(jax.random.key(0, impl="rbg"), 3)
+  lhs = jax.random.normal(keys[0], call.lhs_shape, call.dtype)
+  rhs = jax.random.normal(keys[1], call.rhs_shape, call.dtype)
+  kwargs = call.kwargs()
+  with jax_im2col.force_algorithm("own"):
+    own = jax_im2col.explain(lhs, rhs, kwargs.pop("window_strides"), kwargs.pop("padding"),
+                             **kwargs)
+    ops = {impl: _ops(conv, call) for impl, conv in IMPLS.items()}
+    y = jax.eval_shape(ops["xla"]["fwd"], lhs, rhs)
+    g = jax.random.normal(keys[2], y.shape, y.dtype)
+    out = {}
+    for name in OPS:
+      args = (lhs, rhs) if name == "fwd" else (lhs, rhs, g)
+      t = summarize(interleaved({impl: calls(ops[impl][name], *args) for impl in ops}, steps,
+                                repeats))
+      out[name] = {"own_ms": t["ours_ms"], "xla_ms": t["xla_ms"], "ratio": t["ratio"],
+                   "own_algorithm": own[OPS[name]].algorithm}
+  return out
+
+
+def geomean(values):
+  values = [v for v in values if v and v > 0]
+  return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def markdown(rows, env) -> str:
+  lines = ["## Routing measurements: each op of each model layer, own kernels vs XLA", "",
+           f"{env.get('device_kind')}; jax {env.get('jax')}; commit {env.get('commit')}; "
+           f"{env.get('date')}. ms per call (wall clock of a loop, median of repeats, "
+           "interleaved); ratio own / XLA.", "",
+           "| model | dtype | class | x | w | uses | op | own algorithm | own ms | XLA ms | ratio |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['model']} | {r['dtype']} | {r['class']} | {tuple(r['lhs_shape'])} | "
+                 f"{tuple(r['rhs_shape'])} | {r['uses']} | {r['op']} | {r['own_algorithm']} | "
+                 f"{r['own_ms']:.4f} | {r['xla_ms']:.4f} | {r['ratio']:.2f} |")
+  lines += ["", "Geometric mean of own / XLA per class, dtype and op:", "",
+            "| class | dtype | op | layers | own / XLA |", "|---|---|---|---|---|"]
+  groups = {}
+  for r in rows:
+    groups.setdefault((r["class"], r["dtype"], r["op"]), []).append(r["ratio"])
+  for (cls, dt, op), ratios in sorted(groups.items()):
+    lines.append(f"| {cls} | {dt} | {op} | {len(ratios)} | {geomean(ratios):.2f} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", required=True, type=pathlib.Path)
+  parser.add_argument("--models", default=",".join(MODELS))
+  parser.add_argument("--dtypes", default="f32,bf16")
+  parser.add_argument("--preset", default="full")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--deadline-s", type=float, default=400.0)
+  args = parser.parse_args(argv)
+  start = time.perf_counter()
+  args.out.mkdir(parents=True, exist_ok=True)
+  env = environment()
+  rows, seen = [], set()
+  for model in args.models.split(","):
+    for dtype in args.dtypes.split(","):
+      for call, uses in record_convs(MODELS[model], args.preset, dtype).items():
+        if time.perf_counter() - start > args.deadline_s:
+          print("deadline reached", flush=True)
+          break
+        if call in seen:
+          continue
+        seen.add(call)
+        try:
+          times = measure(call, args.steps, args.repeats)
+        except Exception as e:  # one layer's failure must not lose the rest
+          print(f"{model} {dtype} {call.lhs_shape} {call.rhs_shape}: {type(e).__name__}: {e}",
+                flush=True)
+          continue
+        for op, t in times.items():
+          rows.append({"model": model, "dtype": dtype, "class": conv_class(call), "uses": uses,
+                       "op": op, "lhs_shape": list(call.lhs_shape),
+                       "rhs_shape": list(call.rhs_shape), "call": call.describe(), **t})
+        print(f"{model} {dtype} {conv_class(call):24} x{call.lhs_shape} w{call.rhs_shape}: " +
+              ", ".join(f"{op} {t['own_algorithm']} {t['ratio']:.2f}" for op, t in times.items()),
+              flush=True)
+  (args.out / "routing.json").write_text(json.dumps(dict(environment=env, rows=rows), indent=1))
+  (args.out / "routing.md").write_text(markdown(rows, env))
+  print(f"wrote {len(rows)} rows in {time.perf_counter() - start:.0f} s", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
