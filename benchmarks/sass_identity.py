@@ -27,10 +27,18 @@ import tempfile
 from sass_loops import ROOT, demangle, wheel_tool
 
 
+# nvcc names a file's anonymous namespace after a hash of the file
+# (_GLOBAL__N__69271a98_10_columns_cu_...), which any edit changes: it is
+# blanked in names and instructions before they are compared.
+ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+
+
 def sections(sass: str) -> dict:
-  """{mangled kernel: [instruction lines and encoding lines]} of cuobjdump -sass."""
+  """{mangled kernel: [instruction lines and encoding lines]} of cuobjdump -sass,
+  the anonymous namespace's hash blanked."""
   out, name = {}, None
   for line in sass.splitlines():
+    line = ANONYMOUS.sub("_GLOBAL__N__anonymous_", line)
     m = re.search(r"Function : (\S+)", line)
     if m:
       name = m.group(1)

@@ -853,16 +853,23 @@ cudaError_t fold_generic(const void* colsv, void* xv, const Geometry& g, int64_t
   const E* cols = static_cast<const E*>(colsv);
   E* x = static_cast<E*>(xv);
   if (channels_last) {
-    constexpr int V = static_cast<int>(16 / sizeof(E));
-    const int64_t rows = nc * g.in_size;
-    if (V > 1 && (C / lay.groups) % V == 0 && aligned_to(cols, 16) && aligned_to(x, 16)) {
-      fold_cl_generic_kernel<ND, S, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(cols, x, g, C, n0, lay,
-                                                                                           rows, C / V, accumulate);
+    // Channels-last complex numbers never come here (launch_fold folds them
+    // as floats): no kernels for them.
+    constexpr bool kComplex = std::is_same_v<S, ComplexSum<float>> || std::is_same_v<S, ComplexSum<double>>;
+    if constexpr (kComplex) {
+      return cudaErrorInvalidValue;
     } else {
-      fold_cl_generic_kernel<ND, S, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, rows,
-                                                                                      C, accumulate);
+      constexpr int V = static_cast<int>(16 / sizeof(E));
+      const int64_t rows = nc * g.in_size;
+      if (V > 1 && (C / lay.groups) % V == 0 && aligned_to(cols, 16) && aligned_to(x, 16)) {
+        fold_cl_generic_kernel<ND, S, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(cols, x, g, C, n0, lay,
+                                                                                             rows, C / V, accumulate);
+      } else {
+        fold_cl_generic_kernel<ND, S, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, rows,
+                                                                                        C, accumulate);
+      }
+      return cudaGetLastError();
     }
-    return cudaGetLastError();
   }
   constexpr int V = generic_fold_run<E>();
   const int64_t width = g.in[ND - 1];
