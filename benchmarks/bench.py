@@ -347,7 +347,7 @@ _HEAVY_OPS = (" custom-call(", " convolution(", " dot(", " scatter(")
 
 
 def _op_count(compiled) -> int | None:
-  """Library calls and contractions in the optimized HLO (else fusions), to check that a chain holds R calls.
+  """Library calls, contractions and scatters in the optimized HLO (else fusions), to check that a chain holds R calls.
 
   Elementwise fusions are counted only where there is nothing else: layout
   copies around a call can differ between a single call and a chain.
