@@ -9,8 +9,15 @@ of the suite (SUITE below: the anchor suite of shared/anchors-h200.md), dtype
 (float32, bfloat16) and layout (channels-first, channels-last):
 unfold, fold, convolution forward and convolution backward (input + weight
 gradient), ours next to XLA and torch; then a few cases reported slow in XLA
-(EXTRAS). Writes DIR/bench.json (every raw number), DIR/bench.md (markdown
-tables with geometric means) and DIR/bench.png (ours/XLA per shape), and
+(EXTRAS). unfold's and fold's peers are what a JAX user writes without the
+package (PLAIN JAX below): unfold by pad + one strided slice per kernel tap +
+stack ("jax"), fold by that unfold's VJP, which XLA fuses into one kernel
+("jax_vjp"), and by a scatter-add ("jax_scatter"); each row also gets its own
+measured bound ("ceiling": a kernel moving the row's bytes, read-dominated for
+fold, write-dominated for unfold) and, with --patches, lax's
+conv_general_dilated_patches and its VJP ("xla", a one-hot convolution).
+Writes DIR/bench.json (every raw number), DIR/bench.md (markdown
+tables with geometric means) and DIR/bench.png (ours / peer per shape), and
 prints a compact summary table last.
 
 Timing measures device time, the same way for every implementation and for
@@ -44,6 +51,7 @@ import dataclasses
 import datetime
 import functools
 import gc
+import itertools
 import json
 import math
 import os
@@ -335,11 +343,11 @@ def _chain_compile_options() -> dict:
   return {"xla_disable_hlo_passes": "cse_barrier_expander"} if jax.default_backend() == "cpu" else {}
 
 
-_HEAVY_OPS = (" custom-call(", " convolution(", " dot(")
+_HEAVY_OPS = (" custom-call(", " convolution(", " dot(", " scatter(")
 
 
 def _op_count(compiled) -> int | None:
-  """Library calls and contractions in the optimized HLO (else fusions), to check that a chain holds R calls.
+  """Library calls, contractions and scatters in the optimized HLO (else fusions), to check that a chain holds R calls.
 
   Elementwise fusions are counted only where there is nothing else: layout
   copies around a call can differ between a single call and a chain.
@@ -601,6 +609,7 @@ class Bench:
     self.data = Data()
     self.interrupted = None
     self.same_size: dict = {}  # bytes -> the copy's record (same_size_copy)
+    self.ceilings_by_size: dict = {}  # (kind, elements, arrays) -> the ceiling's record (ceiling)
 
   def elapsed(self) -> float:
     return time.perf_counter() - self.t0
@@ -759,6 +768,82 @@ def xla_fold_fn(case: Case, layout: str):
   return lambda x, g: jax.vjp(patches, x)[1](g)[0]
 
 
+# ---- PLAIN JAX: the peers a JAX user writes in a few lines, in both layouts.
+
+
+def _spatial_axes(case: Case, layout: str) -> list:
+  return list(range(2, 2 + case.nd)) if layout == "cf" else list(range(1, 1 + case.nd))
+
+
+def jax_unfold_fn(case: Case, layout: str):
+  """unfold in plain JAX: pad, one strided slice per kernel tap (row-major),
+  stack, reshaped to our columns' order ((N, C*K, L) channels-first as torch's,
+  (N, L, K*C) channels-last). XLA fuses it into one loop kernel. Torch's
+  windows (no lhs dilation); negative padding crops (lax.pad)."""
+  out = out_spatial(case)
+  axes = _spatial_axes(case, layout)
+
+  def unfold(x):
+    pads = [(0, 0, 0)] * x.ndim
+    for a, (lo, hi) in zip(axes, case.pads):
+      pads[a] = (lo, hi, 0)
+    xp = lax.pad(x, jnp.zeros((), x.dtype), pads)
+    taps = []
+    for k in itertools.product(*(range(kk) for kk in case.kernel)):
+      start, limit, strides = [0] * x.ndim, list(xp.shape), [1] * x.ndim
+      for d, a in enumerate(axes):
+        start[a] = k[d] * case.dilation[d]
+        limit[a] = start[a] + (out[d] - 1) * case.stride[d] + 1
+        strides[a] = case.stride[d]
+      taps.append(lax.slice(xp, start, limit, strides))
+    n, kk, l = x.shape[0], len(taps), math.prod(out)
+    if layout == "cf":
+      return jnp.stack(taps, axis=2).reshape(n, x.shape[1] * kk, l)  # (N, C, K, *out)
+    return jnp.stack(taps, axis=-2).reshape(n, l, kk * x.shape[-1])  # (N, *out, K, C)
+
+  return unfold
+
+
+def jax_vjp_fold_fn(case: Case, layout: str, dtype):
+  """fold in plain JAX: the VJP of jax_unfold_fn (the transposes of pad and
+  strided slices, summed: XLA fuses them into one kernel). The primal is a
+  zeros array inside the function, which the linear map's VJP never reads (XLA
+  drops it), so the function takes the columns alone, as ours does."""
+  unfold = jax_unfold_fn(case, layout)
+  xs = x_shape(case, layout)
+  return lambda cols: jax.vjp(unfold, jnp.zeros(xs, dtype))[1](cols)[0]
+
+
+def jax_scatter_fold_fn(case: Case, layout: str):
+  """fold in plain JAX by scatter-add: every column entry added into a zero
+  padded image at the position its tap reads (one `.at[].add` with an index
+  array of shape (K, L), fixed at trace time), then the padding cropped."""
+  out = out_spatial(case)
+  padded = tuple(s + lo + hi for s, (lo, hi) in zip(case.spatial, case.pads))
+  taps = np.array(list(itertools.product(*(range(kk) for kk in case.kernel))))  # (K, nd)
+  grid = np.stack(np.meshgrid(*(np.arange(o) for o in out), indexing="ij"), -1).reshape(-1, case.nd)  # (L, nd)
+  coords = (taps[:, None, :] * np.asarray(case.dilation) + grid[None, :, :] * np.asarray(case.stride))  # (K, L, nd)
+  index = np.ravel_multi_index(tuple(np.moveaxis(coords, -1, 0)), padded).astype(np.int32)  # (K, L)
+  k, l = index.shape
+
+  def fold(cols):
+    n = cols.shape[0]
+    if layout == "cf":
+      c = cols.shape[1] // k
+      z = jnp.zeros((n, c, math.prod(padded)), cols.dtype).at[:, :, index].add(cols.reshape(n, c, k, l))
+      img, axes = z.reshape(n, c, *padded), range(2, 2 + case.nd)
+    else:
+      c = cols.shape[2] // k
+      z = jnp.zeros((n, math.prod(padded), c), cols.dtype).at[:, index.T, :].add(cols.reshape(n, l, k, c))
+      img, axes = z.reshape(n, *padded, c), range(1, 1 + case.nd)
+    crop = [(0, 0, 0)] * img.ndim
+    for a, (lo, hi) in zip(axes, case.pads):
+      crop[a] = (-lo, -hi, 0)
+    return lax.pad(img, jnp.zeros((), img.dtype), crop)
+
+  return fold
+
+
 def column_shapes(case: Case, layout: str, dtype) -> tuple:
   """(image shape, our columns' shape, XLA's patches' shape, bytes of the
   image and the columns: what unfold and fold move)."""
@@ -789,16 +874,47 @@ def same_size_copy(b: Bench, base: dict, dt: str):
     b.skip(base, "copy", rec.get("error") or rec.get("skip"))
 
 
+def ceiling(b: Bench, base: dict, kind: str, image_bytes: int, cols_bytes: int):
+  """The row's own bound, measured once per size (b.ceilings_by_size), in
+  float32 over the row's bytes whatever its type (as same_size_copy):
+  m = round(columns / image bytes) arrays of the image's bytes.
+  - "read" (fold's): a jitted sum of m distinct arrays of the image's size,
+    one loop kernel that reads them all and writes one array: fold's traffic
+    (it reads the columns, writes the image) as a plain elementwise stream;
+  - "write" (unfold's): the image broadcast to m copies (x[None] * 1.0), one
+    loop kernel that reads it and writes m of its size: unfold's traffic."""
+  n = max(1, image_bytes // 4)
+  m = max(1, round(cols_bytes / image_bytes))
+  key = (kind, n, m)
+  if key not in b.ceilings_by_size:
+    if kind == "read":
+      fn, shapes = (lambda *arrays: functools.reduce(jnp.add, arrays)), [(n,)] * m
+    else:
+      fn, shapes = (lambda x: jnp.broadcast_to(x[None], (m, n)) * 1.0), [(n,)]
+    sets = b.data.sets(shapes, jnp.float32)
+    b.ceilings_by_size[key] = b.run_jax(dict(base, ceiling=kind, ceiling_arrays=m), "ceiling", fn, sets)
+    return
+  rec = b.ceilings_by_size[key]
+  if "ms" in rec:
+    b.add(dict(base, ceiling=kind, ceiling_arrays=m), "ceiling", ms=rec["ms"],
+          same_as=f"{rec['section']} {rec['case']} {rec['layout']} {rec['dtype']}")
+  else:
+    b.skip(base, "ceiling", rec.get("error") or rec.get("skip"))
+
+
 def op_unfold(b: Bench, case: Case, dt: str, layout: str):
   dtype = DTYPES[dt]
-  xs, _, _, moved = column_shapes(case, layout, dtype)
+  xs, cols, _, moved = column_shapes(case, layout, dtype)
   base = base_fields("unfold", case, dt, layout, bytes=moved,
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
   sets = b.data.sets([xs], dtype)
   b.run_jax(base, "ours", ours_unfold_fn(case, layout), sets)
-  b.run_jax(base, "xla", xla_patches_fn(case, layout), sets)
+  b.run_jax(base, "jax", jax_unfold_fn(case, layout), sets)
+  if b.args.patches:
+    b.run_jax(base, "xla", xla_patches_fn(case, layout), sets)
   del sets
   same_size_copy(b, base, dt)
+  ceiling(b, base, "write", nbytes(xs, dtype), nbytes(cols, dtype))
   if case.nd == 2 and layout == "cf":
     b.run_torch(base, "torch", lambda: (lambda x: F.unfold(x, **torch_window_kwargs(case)),
                                     b.data.torch_sets([xs], dt)))
@@ -813,12 +929,16 @@ def op_fold(b: Bench, case: Case, dt: str, layout: str):
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
   sets = b.data.sets([cols], dtype)
   b.run_jax(base, "ours", ours_fold_fn(case, layout), sets)
+  b.run_jax(base, "jax_vjp", jax_vjp_fold_fn(case, layout, dtype), sets)
+  b.run_jax(base, "jax_scatter", jax_scatter_fold_fn(case, layout), sets)
   del sets
   same_size_copy(b, base, dt)
-  x = b.data.normal(xs, dtype)  # the primal; the VJP of a linear map never reads it
-  sets = [(x, g) for (g,) in b.data.sets([g_shape], dtype)]
-  b.run_jax(base, "xla", xla_fold_fn(case, layout), sets)
-  del sets, x
+  ceiling(b, base, "read", nbytes(xs, dtype), nbytes(cols, dtype))
+  if b.args.patches:
+    x = b.data.normal(xs, dtype)  # the primal; the VJP of a linear map never reads it
+    sets = [(x, g) for (g,) in b.data.sets([g_shape], dtype)]
+    b.run_jax(base, "xla", xla_fold_fn(case, layout), sets)
+    del sets, x
   if case.nd == 2 and layout == "cf":
     b.run_torch(base, "torch", lambda: (lambda c: F.fold(c, case.spatial, **torch_window_kwargs(case)),
                                     b.data.torch_sets([cols], dt)))
@@ -1151,17 +1271,25 @@ SECTIONS = {
                 impls=["ours", "ours_nocap"], ratios=[("cap/nocap", "ours", "ours_nocap")],
                 derived=[("temp MB", lambda row, c: row.get("ours", {}).get("temp_mb"), 1),
                          ("nocap temp MB", lambda row, c: row.get("ours_nocap", {}).get("temp_mb"), 1)]),
-    "unfold": dict(title="Unfold / im2col (ms); xla = conv_general_dilated_patches; copy = float32 x + 1 over the same bytes",
-                   impls=["ours", "xla", "torch", "copy"],
-                   ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
+    "unfold": dict(title="Unfold / im2col (ms); jax = pad + a strided slice per tap + stack; ceiling = the image "
+                         "broadcast to columns / image copies (float32, the same bytes: write-dominated); "
+                         "copy = float32 x + 1 over the same bytes; xla (--patches) = conv_general_dilated_patches",
+                   impls=["ours", "jax", "torch", "ceiling", "copy", "xla"],
+                   ratios=[("ours/jax", "ours", "jax"), ("ours/torch", "ours", "torch"), ("ours/xla", "ours", "xla")],
                    derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
                             ("ours % copy BW", lambda row, c: pct_bw(row, c), 1),
+                            ("ours % ceiling", lambda row, c: pct_of(row, "ceiling"), 1),
                             ("ours % same-size copy", lambda row, c: pct_copy(row), 1)]),
-    "fold": dict(title="Fold / col2im (ms); xla = VJP of conv_general_dilated_patches; copy = float32 x + 1 over the same bytes",
-                 impls=["ours", "xla", "torch", "copy"],
-                 ratios=[("ours/xla", "ours", "xla"), ("ours/torch", "ours", "torch")],
+    "fold": dict(title="Fold / col2im (ms); jax_vjp = the VJP of jax's unfold (one fused kernel); jax_scatter = "
+                       "`.at[].add` of the columns into the padded image; ceiling = a sum of columns / image "
+                       "arrays of the image's bytes (float32, the same bytes: read-dominated); copy = float32 "
+                       "x + 1 over the same bytes; xla (--patches) = VJP of conv_general_dilated_patches",
+                 impls=["ours", "jax_vjp", "jax_scatter", "torch", "ceiling", "copy", "xla"],
+                 ratios=[("ours/jax_vjp", "ours", "jax_vjp"), ("ours/jax_scatter", "ours", "jax_scatter"),
+                         ("ours/torch", "ours", "torch"), ("ours/xla", "ours", "xla")],
                  derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
                           ("ours % copy BW", lambda row, c: pct_bw(row, c), 1),
+                          ("ours % ceiling", lambda row, c: pct_of(row, "ceiling"), 1),
                           ("ours % same-size copy", lambda row, c: pct_copy(row), 1)]),
 }
 
@@ -1173,7 +1301,12 @@ def pct_bw(row: dict, ceilings: dict):
 
 def pct_copy(row: dict):
   """Ours as a percentage of the same-size copy's speed (same_size_copy)."""
-  r = ratio(row, "copy", "ours")
+  return pct_of(row, "copy")
+
+
+def pct_of(row: dict, bound: str):
+  """Ours as a percentage of a bound's speed: 100 * its time / ours."""
+  r = ratio(row, bound, "ours")
   return 100 * r if r is not None else None
 
 
@@ -1203,16 +1336,19 @@ def section_table(section: str, rows: dict, ceilings: dict, group: str = "suite"
   keyed = [(k, row) for k, row in rows.items() if k[0] == section and first(row, "group") == group]
   if not keyed:
     return []
-  header = ["shape", "dtype", "layout"] + spec["impls"] + [r[0] for r in spec["ratios"]] + [d[0] for d in spec["derived"]]
+  # Implementations that ran in no row (xla without --patches) leave no column.
+  impls = [i for i in spec["impls"] if any(i in row for _, row in keyed)]
+  ratios = [r for r in spec["ratios"] if r[1] in impls and r[2] in impls]
+  header = ["shape", "dtype", "layout"] + impls + [r[0] for r in ratios] + [d[0] for d in spec["derived"]]
   body = []
   for (sec, case, dt, layout), row in keyed:
-    body.append([case, dt, layout] + [cell_ms(row, i) for i in spec["impls"]] +
-                [fmt(ratio(row, a, b), 2) for _, a, b in spec["ratios"]] +
+    body.append([case, dt, layout] + [cell_ms(row, i) for i in impls] +
+                [fmt(ratio(row, a, b), 2) for _, a, b in ratios] +
                 [fmt(f(row, ceilings), digits) for _, f, digits in spec["derived"]])
   # Percentages averaged as the ratios are; other derived columns left blank.
   trailing = [((lambda row, f=f: f(row, ceilings)), digits) if "%" in name else None
               for name, f, digits in spec["derived"]]
-  geo = geomean_rows(keyed, spec["ratios"], 3, len(spec["impls"]), trailing)
+  geo = geomean_rows(keyed, ratios, 3, len(impls), trailing)
   return [f"### {spec['title']}", ""] + md_table(header, body + geo) + [""]
 
 
@@ -1229,7 +1365,8 @@ def extras_table(rows: dict) -> list:
 
 
 SUMMARY_COLS = [("fwd/xla", "fwd"), ("fwd/torch", "fwd"), ("bwd/xla", "bwd"), ("bwd/torch", "bwd"),
-                ("unf/xla", "unfold"), ("unf/torch", "unfold"), ("fold/xla", "fold"), ("fold/torch", "fold")]
+                ("unf/jax", "unfold"), ("unf/torch", "unfold"), ("fold/jax_vjp", "fold"),
+                ("fold/jax_scatter", "fold"), ("fold/torch", "fold")]
 
 
 def summary_table(rows: dict) -> list:
@@ -1321,25 +1458,28 @@ def plot(b: Bench, path: str):
 
   rows = pivot(b.records)
   sections = [("fwd", "forward"), ("bwd", "backward"), ("unfold", "unfold"), ("fold", "fold")]
+  peers = {"fwd": ("xla", "XLA"), "bwd": ("xla", "XLA"), "unfold": ("jax", "plain JAX"),
+           "fold": ("jax_vjp", "plain JAX's VJP")}
   fig, axes = plt.subplots(2, 2, figsize=(16, 10))
   for ax, (sec, title) in zip(axes.flat, sections):
-    keyed = [(k, row) for k, row in rows.items() if k[0] == sec and k[1] and ratio(row, "ours", "xla")]
+    peer, peer_name = peers[sec]
+    keyed = [(k, row) for k, row in rows.items() if k[0] == sec and k[1] and ratio(row, "ours", peer)]
     cases = list(dict.fromkeys(k[1] for k, _ in keyed))
     series = list(dict.fromkeys((k[2], k[3]) for k, _ in keyed))
     if not keyed:
       ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-      ax.set_title(f"{title}: ours / XLA")
+      ax.set_title(f"{title}: ours / {peer_name}")
       continue
     width = 0.8 / len(series)
     for i, (dt, layout) in enumerate(series):
-      vals = [next((ratio(row, "ours", "xla") for k, row in keyed if k[1] == c and k[2:] == (dt, layout)), np.nan)
+      vals = [next((ratio(row, "ours", peer) for k, row in keyed if k[1] == c and k[2:] == (dt, layout)), np.nan)
               for c in cases]
       ax.bar(np.arange(len(cases)) + (i - (len(series) - 1) / 2) * width, np.asarray(vals) - 1.0, width,
              bottom=1.0, label=f"{dt} {layout}")  # bars grow from parity, down when ours is faster
     ax.set_yscale("log")
     ax.axhline(1.0, color="k", linewidth=0.8)
-    g = geomean(ratio(row, "ours", "xla") for _, row in keyed if first(row, "group") == "suite")
-    ax.set_title(f"{title}: ours / XLA time (< 1: ours faster); suite geomean {fmt(g, 2)}")
+    g = geomean(ratio(row, "ours", peer) for _, row in keyed if first(row, "group") == "suite")
+    ax.set_title(f"{title}: ours / {peer_name} time (< 1: ours faster); suite geomean {fmt(g, 2)}")
     n_suite = sum(1 for c in cases if c in {s.name for s in SUITE})
     if 0 < n_suite < len(cases):
       ax.axvline(n_suite - 0.5, color="gray", linestyle="--", linewidth=0.8)  # suite | extra cases
@@ -1430,6 +1570,9 @@ def parse_args(argv=None):
   p.add_argument("--cases", default="", help="comma list of (substrings of) case names")
   p.add_argument("--dtypes", default="f32,bf16")
   p.add_argument("--layouts", default="cf,cl", help="cf = channels-first, cl = channels-last")
+  p.add_argument("--patches", action="store_true",
+                 help="also time lax.conv_general_dilated_patches (unfold) and its VJP (fold) as peers "
+                      "(\"xla\"; slow one-hot convolutions, off by default to keep within the deadline)")
   p.add_argument("--deadline-s", type=float, default=None,
                  help="stop measuring after this many seconds (default: 200 on a GPU, none otherwise)")
   p.add_argument("--budget-s", type=float, default=None, help="time budget of one measurement")

@@ -258,9 +258,10 @@ def test_empty_batch_with_permuted_rhs_axes(platform):
 
 X = np.zeros((2, 3, 5, 6), np.float32)
 PATCH_ERRORS = [
-    pytest.param(dict(lhs=X.astype(np.int32)), TypeError, r"^lhs must have a floating dtype", id="lhs-int"),
-    pytest.param(dict(lhs=X.astype(np.complex64)), TypeError, r"^lhs must have a floating dtype",
-                 id="lhs-complex"),
+    pytest.param(dict(lhs=X.astype(jnp.int4)), TypeError,
+                 r"^lhs must have a dtype that conv_general_dilated_patches takes", id="lhs-int4"),
+    pytest.param(dict(lhs=X.astype(jnp.float8_e5m2fnuz)), TypeError,
+                 r"^lhs must have a dtype that conv_general_dilated_patches takes", id="lhs-float8-fnuz"),
     pytest.param(dict(lhs=X[0, 0], filter_shape=(2,), window_strides=(1,)), ValueError,
                  r"^lhs must have rank", id="lhs-rank-2"),
     pytest.param(dict(lhs=np.zeros((1,) * 6, np.float32), filter_shape=(1,) * 4,

@@ -818,17 +818,29 @@ def test_wrong_image_rank_raises(platform, layout, kernel_size, shape):
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint16, np.bool_, np.complex64])
-def test_non_float_dtypes_raise_type_error(platform, layout, dtype):
+@pytest.mark.parametrize("dtype", [jnp.int4, jnp.float8_e4m3fnuz, np.str_, np.object_],
+                         ids=["int4", "float8_e4m3fnuz", "str", "object"])
+def test_unsupported_dtypes_raise_type_error(platform, layout, dtype):
+  """Every dtype of ji.COLUMNS_DTYPES is taken (test_dtypes.py); others raise."""
+  suffix = "_channels_last" if layout == "channels_last" else ""
   x = image_to_layout(X, layout).astype(dtype)
   cols = cols_to_layout(COLS, 6, layout).astype(dtype)
+  if dtype not in (np.str_, np.object_):  # numpy arrays of those: JAX has no such dtype
+    x, cols = jnp.asarray(x), jnp.asarray(cols)
   with on_platform(platform):
-    with pytest.raises(TypeError, match=r"^x must have a floating dtype"):
-      UNFOLD[layout](jnp.asarray(x), (2, 3))
-    with pytest.raises(TypeError, match=r"^cols must have a floating dtype"):
-      FOLD[layout](jnp.asarray(cols), (5, 6), (2, 3))
-    with pytest.raises(TypeError, match=r"^x must have a floating dtype"):
-      UNFOLD[layout]([[[1, 2, 3]]], (1,))  # a nested list of Python ints
+    with pytest.raises(TypeError, match=rf"^x must have a dtype that unfold{suffix} takes"):
+      UNFOLD[layout](x, (2, 3))
+    with pytest.raises(TypeError, match=rf"^cols must have a dtype that fold{suffix} takes"):
+      FOLD[layout](cols, (5, 6), (2, 3))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_python_ints_are_taken_as_jax_arrays(platform, layout):
+  with on_platform(platform):
+    got = UNFOLD[layout]([[[1, 2, 3]]], (1,))  # a nested list of Python ints: JAX's default int
+  assert got.dtype == jnp.asarray(1).dtype
+  assert got.shape == (1, 1, 3)  # (N, C*K, L) = (1, 1, 3); (N, L, K*C) = (1, 1, 3)
 
 
 FOLD_ERRORS = [

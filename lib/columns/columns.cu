@@ -10,7 +10,10 @@
 // a line stepped through their taps together (channels-first; on aligned
 // vectors of the columns where lines allow, stride 1 or 2, fold_vector.cuh;
 // before it and after it, whole planes staged in shared memory where they
-// fit, fold_staged.cuh).
+// fit, fold_staged.cuh). What those were not written for (1- and 16-byte
+// elements, the integer, bool, float8 and complex folds) takes the generic
+// kernels (columns_generic.cuh) or, where its bytes allow, the specialised
+// kernels of another element size (launch_unfold, launch_fold).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -19,6 +22,7 @@
 #include <cstdint>
 
 #include "columns/columns.h"
+#include "columns/columns_generic.cuh"
 #include "columns/fold_cl_taps.cuh"
 #include "columns/fold_staged.cuh"
 #include "columns/fold_vector.cuh"
@@ -821,6 +825,89 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   return cudaGetLastError();
 }
 
+// The generic unfold (columns_generic.cuh) of U elements (1 or 16 bytes).
+template <int ND, typename U>
+cudaError_t unfold_generic(const void* xv, void* colsv, const Geometry& g, int64_t C, int64_t n0, int64_t nc,
+                           const ColumnsLayout& lay, bool channels_last, cudaStream_t stream) {
+  const U* x = static_cast<const U*>(xv);
+  U* cols = static_cast<U*>(colsv);
+  if (channels_last) {
+    const int64_t items = nc * lay.lc * lay.groups * g.kernel_size;
+    unfold_cl_generic_kernel<ND, U><<<blocks_for(items), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, items);
+    return cudaGetLastError();
+  }
+  constexpr int V = generic_unfold_run<U>();
+  const int64_t rows = nc * C, runs = (lay.lc + V - 1) / V;
+  const bool vec = aligned_to(cols, sizeof(U) * V) && lay.row_stride % V == 0 && lay.image_stride % V == 0;
+  unfold_cf_generic_kernel<ND, U, V><<<blocks_for(rows * runs), kThreads, 0, stream>>>(x, cols, g, C, n0, lay, rows,
+                                                                                      runs, vec);
+  return cudaGetLastError();
+}
+
+// The generic fold (columns_generic.cuh) with the sum type S
+// (common/fold_elements.h).
+template <int ND, typename S>
+cudaError_t fold_generic(const void* colsv, void* xv, const Geometry& g, int64_t C, int64_t n0, int64_t nc,
+                         const ColumnsLayout& lay, bool channels_last, bool accumulate, cudaStream_t stream) {
+  using E = typename S::Storage;
+  const E* cols = static_cast<const E*>(colsv);
+  E* x = static_cast<E*>(xv);
+  if (channels_last) {
+    // Channels-last complex numbers never come here (launch_fold folds them
+    // as floats): no kernels for them.
+    constexpr bool kComplex = std::is_same_v<S, ComplexSum<float>> || std::is_same_v<S, ComplexSum<double>>;
+    if constexpr (kComplex) {
+      return cudaErrorInvalidValue;
+    } else {
+      constexpr int V = static_cast<int>(16 / sizeof(E));
+      const int64_t rows = nc * g.in_size;
+      if (V > 1 && (C / lay.groups) % V == 0 && aligned_to(cols, 16) && aligned_to(x, 16)) {
+        fold_cl_generic_kernel<ND, S, V><<<blocks_for(rows * (C / V)), kThreads, 0, stream>>>(cols, x, g, C, n0, lay,
+                                                                                             rows, C / V, accumulate);
+      } else {
+        fold_cl_generic_kernel<ND, S, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, rows,
+                                                                                        C, accumulate);
+      }
+      return cudaGetLastError();
+    }
+  }
+  constexpr int V = generic_fold_run<E>();
+  const int64_t width = g.in[ND - 1];
+  const int64_t lines = nc * C * (g.in_size / width);
+  const int64_t runs = (width + V - 1) / V;
+  const bool vec = aligned_to(x, sizeof(E) * V) && width % V == 0;
+  fold_cf_generic_kernel<ND, S, V><<<blocks_for(lines * runs), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, lines,
+                                                                                     runs, accumulate, vec);
+  return cudaGetLastError();
+}
+
+// unfold of elements of other sizes than the specialised kernels' 2, 4 and 8
+// bytes. Channels-last rows copy a group's Cg channels per tap as one run of
+// Cg * elem_bytes bytes, so where that run is a whole number of 8-, 4- or
+// 2-byte elements (the widest) the specialised kernels copy it as those,
+// Cg * elem_bytes / w of them: every 16-byte row, 1-byte ones of an even
+// number of channels. The rest, and every channels-first one, take the
+// generic kernels.
+cudaError_t unfold_other_sizes(const void* x, void* cols, size_t elem_bytes, const Geometry& g, int64_t channels,
+                               int64_t n0, int64_t nc, const ColumnsLayout& layout, bool channels_last,
+                               bool streaming, cudaStream_t stream) {
+  if (channels_last) {
+    const int64_t group_bytes = channels / layout.groups * static_cast<int64_t>(elem_bytes);
+    for (const int64_t w : {8, 4, 2})
+      if (group_bytes % w == 0)
+        return launch_unfold(x, cols, static_cast<size_t>(w), g, channels * static_cast<int64_t>(elem_bytes) / w,
+                             n0, nc, layout, channels_last, streaming, stream);
+  }
+  return dispatch_rank(g.nd, [&](auto rank) {
+    constexpr int ND = decltype(rank)::value;
+    switch (elem_bytes) {
+      case 1: return unfold_generic<ND, uint8_t>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
+      case 16: return unfold_generic<ND, Bytes16>(x, cols, g, channels, n0, nc, layout, channels_last, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  });
+}
+
 }  // namespace
 
 cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
@@ -828,6 +915,8 @@ cudaError_t launch_unfold(const void* x, void* cols, size_t elem_bytes,
                           int64_t nc, const ColumnsLayout& layout,
                           bool channels_last, bool streaming, cudaStream_t stream) {
   if (nc <= 0 || layout.lc <= 0 || channels <= 0) return cudaSuccess;
+  if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
+    return unfold_other_sizes(x, cols, elem_bytes, g, channels, n0, nc, layout, channels_last, streaming, stream);
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
     return with_element_bytes(elem_bytes, [&](auto tag) {
@@ -844,22 +933,46 @@ cudaError_t launch_fold(const void* cols, DataType cols_type, void* x,
                         bool channels_last, bool accumulate,
                         cudaStream_t stream) {
   if (nc <= 0 || channels <= 0 || g.in_size <= 0) return cudaSuccess;
+  // Channels-last complex numbers are pairs of channels of their parts,
+  // which sum apart: the float fold of 2 * C channels, exactly.
+  if (channels_last && cols_type == x_type && (x_type == DataType::C64 || x_type == DataType::C128)) {
+    const DataType part = x_type == DataType::C64 ? DataType::F32 : DataType::F64;
+    return launch_fold(cols, part, x, part, g, 2 * channels, n0, nc, layout, channels_last, accumulate, stream);
+  }
   return dispatch_rank(g.nd, [&](auto rank) {
     constexpr int ND = decltype(rank)::value;
 #define IM2COL_FOLD(TC, TX) \
   return fold_typed<ND, TC, TX>(cols, x, g, channels, n0, nc, layout, channels_last, accumulate, stream)
+#define IM2COL_FOLD_GENERIC(S) \
+  return fold_generic<ND, S>(cols, x, g, channels, n0, nc, layout, channels_last, accumulate, stream)
     if (cols_type == x_type) {
+      // Integers sum modulo 2^bits whatever their sign (fold_elements.h):
+      // one sum a width.
       switch (x_type) {
         case DataType::F16: IM2COL_FOLD(__half, __half);
         case DataType::BF16: IM2COL_FOLD(__nv_bfloat16, __nv_bfloat16);
         case DataType::F32: IM2COL_FOLD(float, float);
         case DataType::F64: IM2COL_FOLD(double, double);
+        case DataType::PRED: IM2COL_FOLD_GENERIC(BoolAny);
+        case DataType::S8:
+        case DataType::U8: IM2COL_FOLD_GENERIC(IntegerSum<uint8_t>);
+        case DataType::S16:
+        case DataType::U16: IM2COL_FOLD_GENERIC(IntegerSum<uint16_t>);
+        case DataType::S32:
+        case DataType::U32: IM2COL_FOLD_GENERIC(IntegerSum<uint32_t>);
+        case DataType::S64:
+        case DataType::U64: IM2COL_FOLD_GENERIC(IntegerSum<uint64_t>);
+        case DataType::F8E4M3FN: IM2COL_FOLD_GENERIC(Float8Sum<Float8E4M3FN>);
+        case DataType::F8E5M2: IM2COL_FOLD_GENERIC(Float8Sum<Float8E5M2>);
+        case DataType::C64: IM2COL_FOLD_GENERIC(ComplexSum<float>);
+        case DataType::C128: IM2COL_FOLD_GENERIC(ComplexSum<double>);
         default: return cudaErrorInvalidValue;
       }
     }
     if (cols_type == DataType::F32 && x_type == DataType::F16) IM2COL_FOLD(float, __half);
     if (cols_type == DataType::F32 && x_type == DataType::BF16) IM2COL_FOLD(float, __nv_bfloat16);
 #undef IM2COL_FOLD
+#undef IM2COL_FOLD_GENERIC
     return cudaErrorInvalidValue;
   });
 }

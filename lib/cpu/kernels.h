@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/fold_elements.h"
 #include "common/geometry.h"
 #include "cpu/half.h"
 
@@ -87,30 +88,44 @@ void unfold_chunk_nd(const T* x, T* cols, const Geometry& g, int64_t channels,
   }
 }
 
+// float16 / bfloat16 / float32 / float64: summed in float (double for
+// double) and rounded once; the other element types sum as
+// common/fold_elements.h says (integers modulo 2^bits, bool by logical or,
+// float8 in float, complex in their own precision).
+template <typename T>
+struct FloatSum {
+  using Storage = T;
+  using Acc = typename Accumulator<T>::type;
+  static Acc zero() { return Acc(0); }
+  static Acc from(T v) { return static_cast<Acc>(to_float(v)); }
+  static void add(Acc& a, T v) { a += static_cast<Acc>(to_float(v)); }
+  static T store(Acc a) { return from_float<T>(a); }
+};
+
 // The adjoint of unfold_chunk: every element of x gathers the columns that
-// read it, in a fixed order, accumulating in float (double for double).
-// With `accumulate` the chunk's sum is added to what x holds.
-template <int ND, typename TC, typename TX>
-void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
-                   int64_t n0, int64_t nc, const ColumnsLayout& lay,
+// read it, in a fixed order, accumulating as the sum type S says. With
+// `accumulate` the chunk's sum is added to what x holds.
+template <int ND, typename S>
+void fold_chunk_nd(const typename S::Storage* cols, typename S::Storage* x, const Geometry& g,
+                   int64_t channels, int64_t n0, int64_t nc, const ColumnsLayout& lay,
                    bool channels_last, bool accumulate) {
-  using Acc = typename Accumulator<TX>::type;
+  using T = typename S::Storage;
+  using Acc = typename S::Acc;
   const int64_t K = g.kernel_size, C = channels;
   const int64_t l_end = lay.l0 + lay.lc;
   int64_t q[kMaxSpatial];
   if (!channels_last) {
     for (int64_t n = 0; n < nc; ++n) {
       for (int64_t c = 0; c < C; ++c) {
-        TX* xc = x + ((n0 + n) * C + c) * g.in_size;
-        const TC* base = cols + n * lay.image_stride + c * K * lay.row_stride;
+        T* xc = x + ((n0 + n) * C + c) * g.in_size;
+        const T* base = cols + n * lay.image_stride + c * K * lay.row_stride;
         for (int d = 0; d < ND; ++d) q[d] = 0;
         for (int64_t i = 0; i < g.in_size; ++i, increment<ND>(q, g.in)) {
-          Acc acc = accumulate ? static_cast<Acc>(to_float(xc[i])) : Acc(0);
+          Acc acc = accumulate ? S::from(xc[i]) : S::zero();
           for_each_tap_reading<ND>(g, q, [&](int64_t kk, int64_t t) {
-            if (t >= lay.l0 && t < l_end)
-              acc += static_cast<Acc>(to_float(base[kk * lay.row_stride + t - lay.l0]));
+            if (t >= lay.l0 && t < l_end) S::add(acc, base[kk * lay.row_stride + t - lay.l0]);
           });
-          xc[i] = from_float<TX>(acc);
+          xc[i] = S::store(acc);
         }
       }
     }
@@ -121,17 +136,15 @@ void fold_chunk_nd(const TC* cols, TX* x, const Geometry& g, int64_t channels,
   for (int64_t n = 0; n < nc; ++n) {
     for (int d = 0; d < ND; ++d) q[d] = 0;
     for (int64_t i = 0; i < g.in_size; ++i, increment<ND>(q, g.in)) {
-      TX* xq = x + ((n0 + n) * g.in_size + i) * C;
-      for (int64_t c = 0; c < C; ++c)
-        acc[c] = accumulate ? static_cast<Acc>(to_float(xq[c])) : Acc(0);
+      T* xq = x + ((n0 + n) * g.in_size + i) * C;
+      for (int64_t c = 0; c < C; ++c) acc[c] = accumulate ? S::from(xq[c]) : S::zero();
       for_each_tap_reading<ND>(g, q, [&](int64_t kk, int64_t t) {
         if (t < lay.l0 || t >= l_end) return;
-        const TC* row = cols + (n * lay.lc + t - lay.l0) * C * K;
+        const T* row = cols + (n * lay.lc + t - lay.l0) * C * K;
         for (int64_t gi = 0; gi < G; ++gi)
-          for (int64_t j = 0; j < Cg; ++j)
-            acc[gi * Cg + j] += static_cast<Acc>(to_float(row[(gi * K + kk) * Cg + j]));
+          for (int64_t j = 0; j < Cg; ++j) S::add(acc[gi * Cg + j], row[(gi * K + kk) * Cg + j]);
       });
-      for (int64_t c = 0; c < C; ++c) xq[c] = from_float<TX>(acc[c]);
+      for (int64_t c = 0; c < C; ++c) xq[c] = S::store(acc[c]);
     }
   }
 }
@@ -144,12 +157,13 @@ void unfold_chunk(const T* x, T* cols, const Geometry& g, int64_t channels, int6
   });
 }
 
-template <typename TC, typename TX>
-void fold_chunk(const TC* cols, TX* x, const Geometry& g, int64_t channels, int64_t n0,
-                int64_t nc, const ColumnsLayout& lay, bool channels_last, bool accumulate) {
+template <typename S>
+void fold_chunk(const typename S::Storage* cols, typename S::Storage* x, const Geometry& g,
+                int64_t channels, int64_t n0, int64_t nc, const ColumnsLayout& lay,
+                bool channels_last, bool accumulate) {
   dispatch_rank(g.nd, [&](auto rank) {
-    fold_chunk_nd<decltype(rank)::value>(cols, x, g, channels, n0, nc, lay, channels_last,
-                                         accumulate);
+    fold_chunk_nd<decltype(rank)::value, S>(cols, x, g, channels, n0, nc, lay, channels_last,
+                                            accumulate);
   });
 }
 

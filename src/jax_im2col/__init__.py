@@ -4,6 +4,7 @@ primitives computed by XLA FFI custom calls on the CPU and on CUDA GPUs."""
 from .columns.api import (conv_general_dilated_patches, fold, fold_channels_last, unfold,
                           unfold_channels_last)
 from .common import ffi as _ffi
+from .common.arguments import COLUMNS_DTYPES
 from .common.config import (ALGORITHMS, DEFAULT_WORKSPACE_LIMIT, force_algorithm, get_algorithm,
                             get_workspace_limit, set_algorithm, set_workspace_limit,
                             workspace_limit)
@@ -17,6 +18,7 @@ __all__ = [
     "unfold_channels_last",
     "fold_channels_last",
     "conv_general_dilated_patches",
+    "COLUMNS_DTYPES",
     "conv_general_dilated",
     "explain",
     "Choice",

@@ -8,7 +8,7 @@ import operator
 import jax.numpy as jnp
 import numpy as np
 
-from ..common.arguments import check_float_array, conv_dimension_numbers
+from ..common.arguments import check_columns_array, conv_dimension_numbers
 from ..common.geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range,
                                check_lax_padding, padding_pairs, resolve_padding)
 from . import primitives
@@ -54,7 +54,7 @@ def _add_batch(x, rank: int, name: str, what: str):
 
 def _unfold_public(x, kernel_size, dilation, padding, stride, channels_last: bool):
   window = _torch_window(kernel_size, dilation, padding, stride)
-  x = check_float_array(x, "x")
+  x = check_columns_array(x, "x", "unfold_channels_last" if channels_last else "unfold")
   what = "(*spatial, C)" if channels_last else "(C, *spatial)"
   x, unbatched = _add_batch(x, window.nd + 1, "x", what)
   _check_fits(window, primitives.image_spatial(x.shape, channels_last), "unfold")
@@ -65,7 +65,7 @@ def _unfold_public(x, kernel_size, dilation, padding, stride, channels_last: boo
 def _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last: bool):
   window = _torch_window(kernel_size, dilation, padding, stride)
   spatial = as_int_tuple(output_size, window.nd, "output_size")
-  cols = check_float_array(cols, "cols")
+  cols = check_columns_array(cols, "cols", "fold_channels_last" if channels_last else "fold")
   cols, unbatched = _add_batch(cols, 2, "cols", "(L, K*C)" if channels_last else "(C*K, L)")
   _check_fits(window, spatial, "fold")
   rows = cols.shape[2] if channels_last else cols.shape[1]
@@ -89,7 +89,14 @@ def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
   means two spatial dimensions. Returns ``(N, C * prod(kernel_size), L)``:
   channel-major, then kernel taps row-major; L runs over output positions
   row-major. ``padding`` is an int, a tuple (symmetric) or (low, high) pairs.
-  The result is an exact copy of the input's values.
+
+  dtypes: every one of ``jax_im2col.COLUMNS_DTYPES`` (bool, int8-int64,
+  uint8-uint64, float8_e4m3fn, float8_e5m2, float16, bfloat16, float32,
+  float64, complex64, complex128); others raise TypeError. The result is an
+  exact copy of the input's elements, bit for bit, padding zeros (False for
+  bool). Differentiable for the float and complex dtypes; for integer and
+  bool inputs JAX's rules for integers apply (``jax.grad`` refuses them,
+  ``allow_int=True`` and ``jax.jvp`` give float0 tangents).
   """
   return _unfold_public(x, kernel_size, dilation, padding, stride, channels_last=False)
 
@@ -98,13 +105,24 @@ def fold(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
   """Sums columns back into an image: ``torch.nn.functional.fold`` in 1-3-D.
 
   The exact transpose of :func:`unfold`; overlapping windows sum, as a
-  deterministic gather (half types accumulate in float32).
+  deterministic gather (each element's taps in a fixed order). The sum by
+  dtype (any of ``jax_im2col.COLUMNS_DTYPES``, as :func:`unfold`):
+
+  - float16, bfloat16, float8_e4m3fn, float8_e5m2: accumulated in float32,
+    rounded once to the dtype (round to nearest even; float8_e4m3fn, which
+    has no infinity, overflows to NaN, as ``astype`` does); float32 in
+    float32, float64 in float64;
+  - complex64 / complex128: in their own precision;
+  - integers: modulo 2**bits, i.e. numpy's sum in a wide integer cast back
+    to the dtype (wrap-around: int8 100 + 100 is -56);
+  - bool: logical or, numpy's addition of bools: True where any window
+    that covers the element holds True there.
   """
   return _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last=False)
 
 
 def unfold_channels_last(x, kernel_size, dilation=1, padding=0, stride=1):
-  """:func:`unfold` for channels-last images.
+  """:func:`unfold` for channels-last images (the same dtypes).
 
   ``x`` is ``(N, *spatial, C)`` or ``(*spatial, C)``; returns
   ``(N, L, prod(kernel_size) * C)``: one row per output position, kernel taps
@@ -116,7 +134,7 @@ def unfold_channels_last(x, kernel_size, dilation=1, padding=0, stride=1):
 
 def fold_channels_last(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
   """The exact transpose of :func:`unfold_channels_last`: ``(N, L, K*C)`` to
-  ``(N, *output_size, C)``."""
+  ``(N, *output_size, C)``; dtypes and sums as :func:`fold`."""
   return _fold_public(cols, output_size, kernel_size, dilation, padding, stride, channels_last=True)
 
 
@@ -128,9 +146,11 @@ def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs
                                  rhs_dilation=None, dimension_numbers=None, precision=None,
                                  preferred_element_type=None):
   """``jax.lax.conv_general_dilated_patches`` with the same signature, shape
-  and ordering, computed as an exact copy (``precision`` has no effect)."""
+  and ordering, computed as an exact copy (``precision`` has no effect), for
+  every dtype :func:`unfold` takes (lax's, a one-hot convolution, takes no
+  integer or bool images on GPUs)."""
   del precision  # data movement is exact at any precision
-  lhs = check_float_array(lhs, "lhs")
+  lhs = check_columns_array(lhs, "lhs", "conv_general_dilated_patches")
   nd = lhs.ndim - 2
   if not 1 <= nd <= MAX_SPATIAL:
     raise ValueError(f"lhs must have rank 3 to {MAX_SPATIAL + 2}, got shape {lhs.shape}")

@@ -11,6 +11,7 @@ kernel taps row-major, then channels. fold is the exact transpose of unfold.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
@@ -107,8 +108,26 @@ def _fold_transpose(ct, cols, *, window, channels_last, spatial):
   return [unfold(ct, window=window, channels_last=channels_last)]
 
 
+def _linear_jvp(prim):
+  """The JVP of a linear primitive for the inexact (float, complex) dtypes:
+  the primitive applied to the tangent. An integer or bool operand follows
+  JAX's rule for integers: its tangent is float0, and so is the output's,
+  a symbolic zero (the primitive is never bound on a tangent of float0)."""
+  def jvp(primals, tangents, **params):
+    (x,), (t,) = primals, tangents
+    y = prim.bind(x, **params)
+    if type(t) is ad.Zero or not jnp.issubdtype(x.dtype, jnp.inexact):
+      return y, ad.Zero(jax.core.ShapedArray(y.shape, y.dtype).to_tangent_aval())
+    return y, prim.bind(t, **params)
+  return jvp
+
+
+# Transposes exist for the inexact dtypes only: JAX transposes no integer
+# computation (an integer input's cotangent is float0 without one).
 ad.deflinear2(unfold_p, _unfold_transpose)
 ad.deflinear2(fold_p, _fold_transpose)
+ad.primitive_jvps[unfold_p] = _linear_jvp(unfold_p)
+ad.primitive_jvps[fold_p] = _linear_jvp(fold_p)
 
 
 def _merge_into_batch(prim):
