@@ -1,33 +1,71 @@
 """Where XLA's own convolution (cuDNN on the GPU) is the faster choice for an
-op: rules drawn from measurements, each citing them. benchmarks/routing.py
-measures every algorithm of the project against XLA per op on a corpus of
-model layers and writes the data these rules come from.
+op: rules drawn from measurements.
 
-The rules speak of classes of convolutions, not single shapes, so that they
-hold for the shapes between the measured ones; an op outside every rule keeps
-the project's kernels.
+benchmarks/routing.py times every op of every distinct convolution of the
+model benchmark's five models with the project's kernels and with XLA's, side
+by side (BENCHMARKS.md, "Routing"; raw data in benchmarks/results/). The
+rules speak of classes of convolutions rather than single shapes, so that
+they hold between the measured shapes; an op outside every rule keeps the
+project's kernels, which is where XLA is weak: channels-first layouts,
+dilated, transposed, grouped and large-window depthwise convolutions, 1-D and
+3-D. Each rule quotes the geometric mean of own / XLA it rests on (H200,
+2026-11-27; f32 is float32 at DEFAULT precision).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ..common.device import DeviceCaps
 
+# Fewest input channels of a dense convolution that is no stem.
+_STEM_CHANNELS = 4
+# Taps per channel from which a depthwise convolution is compute-bound enough
+# for the project's register-blocked kernels (5x5 and up; 3x3 is
+# memory-bound, where cuDNN's kernels come closer to the copy bandwidth).
+_DEPTHWISE_MIN_TAPS = 25
 
-def _dense_2d_channels_last(p) -> bool:
-  w = p.spec.window
-  return (p.spec.channels_last and p.spec.groups == 1 and w.nd == 2
-          and all(d == 1 for d in w.rhs_dilation) and all(d == 1 for d in w.lhs_dilation))
+
+def _half(p) -> bool:
+  return np.dtype(p.dtype).itemsize == 2
 
 
 def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   """Why XLA's convolution should run op p instead of `own_algorithm`, or
   None where the project's kernel is the one to run."""
-  if device.platform != "cuda":
-    return None
-  if _dense_2d_channels_last(p):
-    return ("dense 2-D channels-last convolution without dilation: cuDNN's kernels, with "
-            "XLA's layout assignment, were faster per layer on ResNet-50 and MobileNetV2 "
-            "(shared/models-h200.md, 2026-11-27)")
-  return None
+  spec, w = p.spec, p.spec.window
+  if (device.platform != "cuda" or not spec.channels_last or w.nd != 2
+      or any(d != 1 for d in w.rhs_dilation) or any(d != 1 for d in w.lhs_dilation)):
+    return None  # channels-first, 1-D, 3-D, dilated: the project's kernels
+  strided = any(s != 1 for s in w.stride)
+  taps = w.kernel_size
+  op = p.op
+  if spec.groups == p.c == p.o:
+    if taps >= _DEPTHWISE_MIN_TAPS:
+      return None  # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16)
+    if op != "forward" and strided and not _half(p):
+      return None  # 3x3 stride 2, f32: input gradient 0.80, filter gradient 0.78
+    return ("depthwise with few taps is memory-bound, where cuDNN comes closer to the copy "
+            "bandwidth: own / XLA 1.03-1.16 (MobileNetV2's 3x3 layers)")
+  if spec.groups > 1:
+    return None  # grouped: XLA's grouped convolutions are its weak spot
+  if taps == 1:
+    return ("a 1x1 convolution is one GEMM either way, and XLA fuses its layout changes into "
+            "neighbours: own / XLA 0.94-1.19 over 34 layers")
+  if p.c <= _STEM_CHANNELS:
+    if op == "input_gradient" or taps <= 16 or _half(p):
+      return None  # stems: 4x4 0.65-0.84; 7x7 and 3x3 half types 0.67-0.98
+    return ("a float32 stem of a wide window: own / XLA 1.35 forward, 1.02 filter gradient "
+            "(ResNet-50's 7x7)")
+  if op == "forward":
+    if strided and not _half(p) and taps > 4:
+      return "a strided float32 3x3 forward: own / XLA 1.20 (ResNet-50)"
+    return None  # 3x3: 0.88 (f32), 0.96 (bf16); 2x2 stride 2: 0.85, 0.90
+  if op == "input_gradient":
+    if strided:
+      return None  # 3x3 stride 2 f32 0.87, 2x2 stride 2 0.88-0.97
+    return "a unit-stride input gradient: own / XLA 1.04 (f32), 1.10 (bf16) over 3x3 layers"
+  return ("the filter gradient of a dense convolution: own / XLA 1.00-1.42 (3x3 and 2x2 "
+          "layers), cuDNN's split reductions win")

@@ -1,0 +1,118 @@
+"""The algorithm selection as users get it ("auto": the project's kernels or
+XLA's convolution by the measured rules), the settings that force one, and
+explain(); and the XLA route's values against lax on every platform."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jax_im2col as j
+from conftest import PLATFORMS, on_platform
+from jax_im2col.common.device import DeviceCaps
+from jax_im2col.conv import selection
+from jax_im2col.conv.primitives import ConvSpec
+from jax_im2col.common.geometry import Window
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+S = jax.ShapeDtypeStruct
+
+
+def plan(x, w, strides=(1, 1), padding="SAME", groups=1, dn=NHWC, setting="auto", **kw):
+  with j.force_algorithm(setting):
+    got = j.explain(x, w, strides, padding, dimension_numbers=dn, feature_group_count=groups,
+                    platform="cuda", **kw)
+  return tuple(got[op].algorithm for op in ("forward", "input_gradient", "filter_gradient"))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_auto_routes_by_class(dtype):
+  """Each class of the rules, as explain() reports it for a CUDA GPU."""
+  f = lambda *s: S(s, dtype)
+  # ResNet's 1x1: XLA for every op; a 3x3 at stride 1: own forward only.
+  assert plan(f(64, 56, 56, 256), f(1, 1, 256, 64)) == ("xla",) * 3
+  fwd, dx, dw = plan(f(64, 28, 28, 128), f(3, 3, 128, 128))
+  assert fwd not in ("xla",) and (dx, dw) == ("xla", "xla")
+  # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op.
+  assert plan(f(32, 56, 56, 96), f(7, 7, 1, 96), groups=96) == ("depthwise",) * 3
+  # MobileNetV2's 3x3 depthwise forward: XLA.
+  assert plan(f(64, 56, 56, 144), f(3, 3, 1, 144), groups=144)[0] == "xla"
+  # Where XLA is weak: dilated (WaveNet), 3-D (U-Net), grouped, channels-first.
+  assert "xla" not in plan(f(8, 16000, 128), f(2, 128, 256), (1,), ((512, 0),),
+                           dn=("NWC", "WIO", "NWC"), rhs_dilation=(512,))
+  assert "xla" not in plan(f(2, 32, 32, 32, 64), f(3, 3, 3, 64, 64), (1, 1, 1),
+                           dn=("NDHWC", "DHWIO", "NDHWC"))
+  assert "xla" not in plan(f(32, 28, 28, 256), f(3, 3, 8, 256), groups=32)
+  assert "xla" not in plan(f(32, 256, 28, 28), f(256, 256, 3, 3), dn=("NCHW", "OIHW", "NCHW"))
+
+
+def test_settings_force_algorithms():
+  x, w = S((64, 56, 56, 256), jnp.float32), S((1, 1, 256, 64), jnp.float32)
+  assert "xla" not in plan(x, w, setting="own")
+  assert plan(x, w, setting="xla") == ("xla",) * 3
+  assert plan(x, w, setting="gemm") == ("gemm",) * 3
+  with pytest.raises(ValueError, match="'depthwise' does not apply"):
+    plan(x, w, setting="depthwise")
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    j.set_algorithm("fastest")
+  with pytest.raises(ValueError, match="CUDA GPUs only"), j.force_algorithm("implicit"):
+    j.explain(x, w, (1, 1), "SAME", dimension_numbers=NHWC, platform="cpu")
+
+
+def test_explain_on_the_cpu_and_its_reasons():
+  x, w = S((2, 8, 8, 4), jnp.float32), S((3, 3, 4, 6), jnp.float32)
+  with j.force_algorithm("auto"):
+    got = j.explain(x, w, (1, 1), "SAME", dimension_numbers=NHWC, platform="cpu")
+    assert {c.algorithm for c in got.values()} == {"columns_dot"}
+    cuda = j.explain(x, w, (1, 1), "SAME", dimension_numbers=NHWC, platform="cuda")
+  assert all(isinstance(c, j.Choice) and c.reason for c in cuda.values())
+  with pytest.raises(ValueError, match="platform"):
+    j.explain(x, w, (1, 1), "SAME", dimension_numbers=NHWC, platform="tpu")
+
+
+def test_select_is_a_pure_function_of_problem_and_device():
+  """The same problem gives the same choice for the same device, and each
+  device kind its own plan (the Hopper kernels pack small groups)."""
+  window = Window((3, 3), (1, 1), (1, 1), (1, 1), ((1, 1), (1, 1)))
+  spec = ConvSpec(window, True, 8, 0, 256 << 20, "own")
+  p = selection.ConvProblem("forward", spec, np.dtype(np.float32), np.dtype(np.float32), 4, 64,
+                            64, (12, 12), (12, 12))
+  hopper = DeviceCaps("cuda", (9, 0), 132, True)
+  ampere = DeviceCaps("cuda", (8, 0), 108, False)
+  assert selection.select(p, hopper) == selection.select(p, hopper)
+  assert selection.select(p, hopper).algorithm == "implicit_packed"
+  assert selection.select(p, ampere).algorithm == "direct"
+  assert selection.select(p, DeviceCaps("cpu")).algorithm == "columns_dot"
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("setting", ["xla", "auto"])
+@pytest.mark.parametrize("case", ["resnet-1x1", "resnet-3x3s2", "mbv2-dw", "transposed"])
+def test_routes_agree_with_lax(platform, setting, case):
+  """Forward and both gradients by whichever route the setting takes, against
+  lax in float64 (the XLA route lowers lax's own convolution and its
+  transposes, on the canonical operands)."""
+  x_shape, w_shape, kw = {
+      "resnet-1x1": ((2, 9, 9, 16), (1, 1, 16, 8), dict(window_strides=(1, 1), padding="SAME")),
+      "resnet-3x3s2": ((2, 9, 9, 16), (3, 3, 16, 8), dict(window_strides=(2, 2), padding="SAME")),
+      "mbv2-dw": ((2, 9, 9, 16), (3, 3, 1, 16),
+                  dict(window_strides=(1, 1), padding="SAME", feature_group_count=16)),
+      "transposed": ((2, 5, 6, 4), (3, 3, 4, 8), dict(window_strides=(1, 1),
+                                                      padding=((2, 2), (1, 2)),
+                                                      lhs_dilation=(2, 2))),
+  }[case]
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+  kw = dict(kw, dimension_numbers=NHWC)
+
+  def both(conv):
+    y, vjp = jax.vjp(lambda a, b: conv(a, b, **kw), x, w)
+    return (y, *vjp(jnp.cos(y)))
+
+  with on_platform(platform), j.force_algorithm(setting):
+    got = both(j.conv_general_dilated)
+  want = both(lambda a, b, **k: lax.conv_general_dilated(a, b, precision=lax.Precision.HIGHEST,
+                                                         **k))
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
