@@ -11,8 +11,7 @@ new build added. Exit status 1 when an old kernel differs or vanished.
   python benchmarks/sass_identity.py --rev main                 # compile both (slow: minutes each)
   python benchmarks/sass_identity.py --old old.o --new new.o    # compare objects built elsewhere
 
-The object files may be built with the command the brief of the dtypes work
-used, e.g.
+The object files may be built with, e.g.,
   nvcc -c -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -Ilib \\
        -isystem $(python -c "import jax.ffi; print(jax.ffi.include_dir())") lib/columns/columns.cu -o new.o
 """
@@ -27,23 +26,29 @@ import tempfile
 from sass_loops import ROOT, demangle, wheel_tool
 
 
-# nvcc names a file's anonymous namespace after a hash of the file
-# (_GLOBAL__N__69271a98_10_columns_cu_...), which any edit changes: it is
-# blanked in names and instructions before they are compared.
-ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
+# nvcc names a file's anonymous namespace after the file and a hash of it
+# (_GLOBAL__N__69271a98_10_columns_cu_..., or
+# _GLOBAL__N__anonymous_19_direct_filter_1d_cu_27d2c8c2_3957...), which a move
+# or any edit changes: kernels are keyed by architecture and demangled name
+# (where the namespace reads "(anonymous namespace)"), and the mangled form is
+# blanked inside instructions.
+ANONYMOUS = re.compile(r"_GLOBAL__N__(?:anonymous_\d+_\w*?_[0-9a-f]{8}_\d+|[0-9a-f]+_)")
 
 
 def sections(sass: str) -> dict:
   """{mangled kernel: [instruction lines and encoding lines]} of cuobjdump -sass,
   the anonymous namespace's hash blanked."""
-  out, name = {}, None
+  out, name, arch = {}, None, ""
   for line in sass.splitlines():
-    line = ANONYMOUS.sub("_GLOBAL__N__anonymous_", line)
+    m = re.match(r"\s*arch = (sm_\w+)", line)
+    if m:
+      arch = m.group(1)
     m = re.search(r"Function : (\S+)", line)
     if m:
-      name = m.group(1)
+      name = (arch, m.group(1))
       out[name] = []
       continue
+    line = ANONYMOUS.sub("_GLOBAL__N__anonymous_", line)
     if name is not None and re.match(r"\s+/\*", line):
       out[name].append(line.strip())
   return out
@@ -53,7 +58,9 @@ def disassemble(obj: str) -> dict:
   env = dict(os.environ, PATH=os.environ.get("PATH", "") + os.pathsep + os.path.dirname(wheel_tool("nvdisasm")))
   sass = subprocess.run([wheel_tool("cuobjdump"), "-sass", obj], capture_output=True, text=True, check=True,
                         env=env).stdout
-  return sections(sass)
+  found = sections(sass)
+  names = demangle(sorted({mangled for _, mangled in found}))
+  return {(arch, names.get(mangled, mangled)): lines for (arch, mangled), lines in found.items()}
 
 
 def compile_at(tree: str, source: str, arch: str, out: str):
@@ -87,7 +94,6 @@ def main():
       new = os.path.join(tmp, "new.o")
       compile_at(ROOT, args.source, args.arch, new)
     before, after = disassemble(old), disassemble(new)
-  names = demangle(sorted(set(before) | set(after)))
   same = [k for k in before if after.get(k) == before[k]]
   differ = [k for k in before if k in after and after[k] != before[k]]
   gone = [k for k in before if k not in after]
@@ -96,7 +102,7 @@ def main():
         f"{len(gone)} gone, {len(added)} added")
   for label, keys in (("differs", differ), ("gone", gone), ("added", added)):
     for k in keys:
-      print(f"  {label}: {names.get(k, k)[:200]}")
+      print(f"  {label}: {k[0]} {k[1][:200]}")
   return 1 if differ or gone else 0
 
 
