@@ -177,7 +177,7 @@ def compare(case: Case, layout: str, ops=("forward", "vjp"), mesh=None, expect=N
 DATA, MODEL, BOTH = "data", "model", ("data", "model")
 # Cases where lax all-gathers an operand and ours does not, at the price of a
 # collective of another kind (fewer in all).
-GATHER_FREE = {"transposed_spatial"}
+GATHER_FREE = {"transposed_spatial", "transposed_k2_spatial", "lhs_dilated_strided_spatial"}
 
 # case, and the collectives ours must have exactly (unlisted kinds: none).
 CASES = [
@@ -206,7 +206,18 @@ CASES = [
     (Case("spatial_rhs_dilation", x={"S": DATA}, rhs_dilation=2), None),
     (Case("transposed_batch", x={"N": DATA}, lhs_dilation=2, padding=((2, 1), (2, 1))),
      {"forward": {}, "input_gradient": {}, "filter_gradient": {"all-reduce": 1}}),
-    (Case("transposed_spatial", x={"S": DATA}, lhs_dilation=2, padding=((2, 1), (2, 1))), None),
+    (Case("transposed_spatial", x={"S": DATA}, lhs_dilation=2, padding=((2, 1), (2, 1))),
+     {"forward": {"collective-permute": 1}}),
+    # The U-Net's upsampling (kernel 2, input dilation 2): blocks need no halo.
+    (Case("transposed_k2_spatial", x={"S": MODEL}, kernel=2, lhs_dilation=2,
+          padding=((1, 1), (1, 1))), {"forward": {}, "input_gradient": {}}),
+    (Case("lhs_dilated_strided_spatial", x={"S": DATA}, stride=2, lhs_dilation=2,
+          padding=((1, 1), (1, 1))), {"forward": {}, "input_gradient": {}}),
+    (Case("spatial_3d", x={"S": MODEL}, nd=3, o=8), {"forward": {"collective-permute": 2}}),
+    # Fallbacks (a dimension replicated), with no more collectives than lax:
+    # 2 groups cannot split over 4 devices; VALID windows do not line up.
+    (Case("groups_split", x={"C": MODEL}, w={"O": MODEL}, groups=2), None),
+    (Case("spatial_valid", x={"S": MODEL}, padding="VALID"), None),
     (Case("batch_groups", x={"N": DATA}, o=16, batch_groups=2), None),
     (Case("conv3d_batch", x={"N": DATA}, nd=3, size=4, o=8),
      {"forward": {}, "input_gradient": {}, "filter_gradient": {"all-reduce": 1}}),
@@ -404,3 +415,66 @@ def test_patches_partition_as_lax(layout):
     programs.append(lambda x, f=f: (f(x), jax.grad(lambda v: jnp.sum(jnp.sin(f(v))))(x)))
   counts = _check_programs(programs, (xd,), (x,), f"patches {layout}")
   assert sum(counts.values()) == 0, counts
+
+
+# --- compilation caches ---------------------------------------------------------------
+
+_EVENTS: list = []
+jax.monitoring.register_event_duration_secs_listener(lambda name, *a, **k: _EVENTS.append(name))
+jax.monitoring.register_event_listener(lambda name, *a, **k: _EVENTS.append(name))
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+def _batch_gradient():
+  case = Case("batch", x={"N": DATA})
+  x, w, dn = operands(case, "cl")
+  f = conv_fn(j.conv_general_dilated, case, dn)
+  g = jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), (0, 1))
+  return g, (jax.device_put(x, NamedSharding(MESH, P(DATA))), jax.device_put(w, NamedSharding(MESH, P())))
+
+
+def test_recompiling_hits_the_in_process_caches():
+  """A second jit of the same function compiles nothing: the partitioned
+  lowering's callbacks and static arguments are stable."""
+  g, args = _batch_gradient()
+  jax.jit(g).lower(*args).compile()
+  _EVENTS.clear()
+  jax.jit(g).lower(*args).compile()
+  assert _BACKEND_COMPILE not in _EVENTS, _EVENTS
+
+
+_PERSISTENT = """
+import sys, jax
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+jax.config.update("jax_remove_custom_partitioning_ptr_from_cache_key", sys.argv[2] == "1")
+sys.path.insert(0, sys.argv[3])
+import sharding_checks as S
+hits = []
+jax.monitoring.register_event_listener(lambda n, *a, **k: hits.append(n))
+g, args = S._batch_gradient()
+jax.jit(g).lower(*args).compile()
+print("HITS", hits.count("/jax/compilation_cache/cache_hits"))
+"""
+
+
+def test_persistent_cache(tmp_path):
+  """Across processes: custom_partitioning puts a per-lowering callback id
+  into the program, so the persistent cache misses, unless
+  jax_remove_custom_partitioning_ptr_from_cache_key is set; then it hits
+  (each partitioned call also names itself and the package's sources, so
+  that setting never confuses two different ops)."""
+  import subprocess
+  import sys
+  here = str(__import__("pathlib").Path(__file__).resolve().parent)
+
+  def hits(cache, strip):
+    done = subprocess.run([sys.executable, "-c", _PERSISTENT, str(cache), strip, here],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-5000:]
+    return int(done.stdout.split("HITS")[-1])
+
+  assert [hits(tmp_path / "kept", "0") for _ in range(2)] == [0, 0]
+  assert [hits(tmp_path / "stripped", "1") for _ in range(2)] == [0, 1]

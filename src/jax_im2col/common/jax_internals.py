@@ -17,6 +17,12 @@ change; each function says what it stands in for.
 - ``ShardingContext.abstract_mesh`` / ``SPMDAxisContext.manual_axes`` and
   ``mesh.thread_resources``: the mesh a lowering partitions over, read the way
   custom_partitioning's own lowering reads it.
+- ``Sharding._to_xla_hlo_sharding`` and ``sharding_impls.parse_flatten_op_sharding``:
+  reading the HLO shardings custom_partitioning's callbacks receive as mesh
+  axes. custom_partitioning's own decoding (``decode_shardings=True``) raises
+  inside XLA's partitioner on a sharding over part of a mesh axis (which
+  Shardy creates, e.g. for 2 groups on a 4-device axis); this one reads such
+  a sharding as replicated, which is always correct.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import mesh as _mesh_lib
+from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax.interpreters import mlir
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
@@ -112,3 +119,25 @@ def pvary(x, axes):
   if not axes:
     return x
   return jax.lax.pcast(x, tuple(axes), to="varying")
+
+
+def mesh_axes_of(sharding, mesh, ndim: int):
+  """A sharding as one tuple of mesh axis names per dimension, or None where
+  it is no tiling by whole axes of `mesh` (read it as replicated)."""
+  try:
+    hlo = sharding._to_xla_hlo_sharding(ndim)
+    if hlo.is_replicated():
+      return ((),) * ndim
+    (spec,) = _sharding_impls.parse_flatten_op_sharding(hlo, mesh)
+  except Exception:  # noqa: BLE001 - any sharding it cannot read is replicated
+    return None
+  entries = tuple(spec) + (None,) * (ndim - len(spec))
+  out = []
+  for e in entries[:ndim]:
+    if e is None:
+      out.append(())
+    elif isinstance(e, str):
+      out.append((e,))
+    else:
+      out.append(tuple(e))
+  return tuple(out)

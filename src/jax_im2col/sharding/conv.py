@@ -254,13 +254,16 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
     s, t = x[d], y[d]
     dims["w"][d] = f"k{i}"
     replicate.append(f"k{i}")
-    related = win.lhs_dilation[i] == 1 and t > 0 and s == t * win.stride[i]
+    related = t > 0 and t * win.stride[i] == s * win.lhs_dilation[i]
     if related and s == t:
       dims["x"][d] = dims["y"][d] = f"s{i}"
-    elif related:
-      dims["x"][d] = CompoundFactor(f"s{i}", f"r{i}")
-      dims["y"][d] = f"s{i}"
-      known[f"r{i}"] = win.stride[i]
+    elif related and s % t == 0:  # strided: x's rows are (output row, phase)
+      dims["x"][d], dims["y"][d] = CompoundFactor(f"s{i}", f"r{i}"), f"s{i}"
+      known[f"r{i}"] = s // t
+      replicate.append(f"r{i}")
+    elif related and t % s == 0:  # lhs-dilated: y's rows are (input row, phase)
+      dims["x"][d], dims["y"][d] = f"s{i}", CompoundFactor(f"s{i}", f"r{i}")
+      known[f"r{i}"] = t // s
       replicate.append(f"r{i}")
     else:
       dims["x"][d], dims["y"][d] = f"a{i}", f"b{i}"

@@ -10,10 +10,10 @@ padding there.
 
 The per-shard computation must be the same program on every shard, so the
 halo is planned only where every shard's window lines up the same way:
-no lhs dilation in that dimension, an input extent of exactly stride x the
-output extent, both divisible by p, and halos no longer than one block.
-Elsewhere the dimension is replicated (its operand gathered), never the
-whole operand.
+stride x the output extent equal to lhs dilation x the input extent (true of
+"SAME" padding at any stride, and of transposed convolutions), both extents
+divisible by p, and halos no longer than one block. Elsewhere the dimension
+is replicated (its operand gathered), never the whole operand.
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ def plan_halo(gradient_of_input: bool, kernel: int, stride: int, rhs_dilation: i
   """The halo of one spatial dimension split in `parts`, or None where the
   shards' windows do not line up (the dimension is then replicated).
 
-  in_extent / out_extent: the forward's input (x) and output (y) extents.
-  The forward and the filter gradient exchange rows of x (their per-shard
-  window has no padding in this dimension); the input gradient exchanges rows
-  of dy and keeps a per-shard padding."""
-  if parts <= 1 or lhs_dilation != 1 or in_extent != out_extent * stride:
+  in_extent / out_extent: the forward's input (x) and output (y) extents. A
+  shard's window lines up with its block when stride x its output rows span
+  exactly lhs_dilation x its input rows. The forward and the filter gradient
+  exchange rows of x, the input gradient rows of dy; each shard's window then
+  has its own padding in this dimension."""
+  s, l = stride, lhs_dilation
+  if parts <= 1 or out_extent * s != in_extent * l:
     return None
   if in_extent % parts or out_extent % parts:
     return None
@@ -53,14 +55,18 @@ def plan_halo(gradient_of_input: bool, kernel: int, stride: int, rhs_dilation: i
   kd = dilated(kernel, rhs_dilation)
   lo, _ = padding
   if not gradient_of_input:
-    left, right = lo, kd - stride - lo
-    block, pad = s_part, (0, 0)
+    # Output row r reads dilated input position r s - lo + t rhs_dilation.
+    left = lo // l
+    right = ((t_part - 1) * s - lo + kd - 1) // l - (s_part - 1)
+    rows = s_part + left + right
+    lo2 = lo - left * l
+    block, pad = s_part, (lo2, (t_part - 1) * s + kd - dilated(rows, l) - lo2)
   else:
-    first = -((kd - 1 - lo) // stride)      # ceil((lo - kd + 1) / stride)
-    last = (s_part - 1 + lo) // stride
+    first = -((kd - 1 - lo) // s)            # ceil((lo - kd + 1) / s)
+    last = (l * (s_part - 1) + lo) // s
     left, right = -first, last - (t_part - 1)
-    lo2 = lo - first * stride
-    block, pad = t_part, (lo2, last * stride + kd - s_part - lo)
+    lo2 = lo - first * s
+    block, pad = t_part, (lo2, (last - first) * s + kd - dilated(s_part, l) - lo2)
   if max(left, right) > block or min(left, right) <= -block or block + left + right <= 0:
     return None
   return Halo(left, right, pad)

@@ -49,12 +49,14 @@ from ..common.primitive import empty_safe
 Spec = tuple  # one tuple of mesh axis names per dimension, major to minor
 
 
-def spec_of(sharding, ndim: int) -> Spec:
-  """A NamedSharding's spec as one tuple of axis names per dimension (a
-  sharding of another kind reads as replicated: asking for replicated
-  operands is always correct)."""
+def spec_of(sharding, ndim: int, mesh=None) -> Spec:
+  """A sharding as one tuple of mesh axis names per dimension. One that is
+  no tiling by whole axes of the mesh reads as replicated: asking for
+  replicated operands is always correct."""
   if not isinstance(sharding, NamedSharding):
-    return ((),) * ndim
+    if mesh is None or sharding is None:
+      return ((),) * ndim
+    return jax_internals.mesh_axes_of(sharding, mesh, ndim) or ((),) * ndim
   entries = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
   out = []
   for e in entries[:ndim]:
@@ -134,8 +136,8 @@ def _shape(s) -> Shape:
 
 def _plan(call, arg_shapes, result_shape, use_result: bool, mesh) -> Plan:
   rules = _RULES[call.prim]
-  specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
-  result_spec = (spec_of(result_shape.sharding, len(result_shape.shape)) if use_result
+  specs = [spec_of(a.sharding, len(a.shape), mesh) for a in arg_shapes]
+  result_spec = (spec_of(result_shape.sharding, len(result_shape.shape), mesh) if use_result
                  else None)
   return rules.plan(call, [_shape(a) for a in arg_shapes], _shape(result_shape), specs,
                     result_spec, dict(mesh.shape))
@@ -154,7 +156,7 @@ def _infer_sharding_from_operands(call, mesh, arg_shapes, result_shape):
 
 
 def _propagate_user_sharding(call, mesh, user_shape):
-  spec = spec_of(user_shape.sharding, len(user_shape.shape))
+  spec = spec_of(user_shape.sharding, len(user_shape.shape), mesh)
   return named(mesh, _RULES[call.prim].user_spec(call, _shape(user_shape), spec))
 
 
@@ -169,10 +171,13 @@ def _body(call, *operands):
 
 
 _partitioned = custom_partitioning(_body, static_argnums=(0,))
+# decode_shardings=False: the callbacks read the HLO shardings themselves
+# (spec_of), tolerating those that are no tiling by whole mesh axes.
 _partitioned.def_partition(
     partition=_partition,
     infer_sharding_from_operands=_infer_sharding_from_operands,
     propagate_user_sharding=_propagate_user_sharding,
+    decode_shardings=False,
     sharding_rule=_sharding_rule)
 
 
