@@ -327,6 +327,32 @@ def test_explicit_axes(layout):
     assert [t.sharding.spec for t in types[0]] == [t.sharding.spec for t in types[1]], types
     _check_programs(grads, (xd, wd), (x, w), f"explicit axes {layout}", exact={"all-reduce": 1})
 
+    # Model parallel too, which lax's types refuse without out_sharding: the
+    # result keeps the filter's output-feature split; the input gradient and
+    # the filter gradient each end in one all-reduce.
+    case = Case("batch_and_output_features", x={"N": DATA}, w={"O": MODEL})
+    x, w, dn = operands(case, layout)
+    xd, wd = jax.device_put(x, _spec(dn[0], case.x)), jax.device_put(w, _spec(dn[1], case.w))
+    f = conv_fn(j.conv_general_dilated, case, dn)
+    y = jax.jit(f).trace(xd, wd).out_info
+    assert _specs_equal(y.sharding, NamedSharding(mesh, _spec(dn[2], {"N": DATA, "C": MODEL})),
+                        len(y.shape)), y
+    g = jax.jit(jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), (0, 1)))
+    compiled = g.lower(xd, wd).compile()
+    assert collectives(compiled) == {k: 0 for k in KINDS} | {"all-reduce": 2}
+    want = jax.grad(lambda x, w: jnp.sum(conv_fn(lax.conv_general_dilated, case, dn)(x, w) ** 2),
+                    (0, 1))(x, w)
+    for got, v in zip(compiled(xd, wd), want):
+      np.testing.assert_allclose(np.asarray(got), np.asarray(v), rtol=1e-9, atol=1e-9)
+
+    # unfold of channel-split images: its gradient comes back with the image's type.
+    unfold = j.unfold_channels_last if layout == "cl" else j.unfold
+    v = jax.device_put(x, _image_spec(layout, n=DATA, c=MODEL))
+    gv = jax.jit(jax.grad(lambda v: jnp.sum(unfold(v, 3, padding=1) ** 2)))
+    assert _specs_equal(gv.trace(v).out_info.sharding, v.sharding, v.ndim)
+    np.testing.assert_allclose(np.asarray(gv(v)), 2 * np.asarray(
+        jax.grad(lambda v: jnp.sum(unfold(v, 3, padding=1) ** 2) / 2)(x)), rtol=1e-12)
+
 
 @pytest.mark.parametrize("layout", ["cl", "cf"])
 def test_shard_map_sums_a_replicated_filters_gradient(layout):

@@ -128,15 +128,17 @@ def _unfold_transpose(ct, x, *, window, channels_last):
   assert ad.is_undefined_primal(x)
   if type(ct) is ad.Zero:
     return [ad.Zero(x.aval)]
-  return [fold(ct, window=window, channels_last=channels_last,
-               spatial=image_spatial(x.aval.shape, channels_last))]
+  return [partitioned.like_primal(
+      fold(ct, window=window, channels_last=channels_last,
+           spatial=image_spatial(x.aval.shape, channels_last)), x.aval)]
 
 
 def _fold_transpose(ct, cols, *, window, channels_last, spatial):
   assert ad.is_undefined_primal(cols)
   if type(ct) is ad.Zero:
     return [ad.Zero(cols.aval)]
-  return [unfold(ct, window=window, channels_last=channels_last)]
+  return [partitioned.like_primal(unfold(ct, window=window, channels_last=channels_last),
+                                  cols.aval)]
 
 
 ad.deflinear2(unfold_p, _unfold_transpose)

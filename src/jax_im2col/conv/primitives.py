@@ -165,14 +165,7 @@ def _spatial_of(aval, spec):
 
 
 def _like(out, primal):
-  """A cotangent with its primal's sharding type (a reshard only where the
-  types of Explicit mesh axes differ)."""
-  want = getattr(primal.aval, "sharding", None)
-  have = getattr(jax.typeof(out), "sharding", None)
-  if (want is None or have is None or want == have
-      or not jax_internals.explicit_axes(jax_internals.aval_mesh(primal.aval))):
-    return out
-  return jax.sharding.reshard(out, want.spec)
+  return partitioned.like_primal(out, primal.aval)
 
 
 def _forward_t_x(ct, x, w, *, spec, out_dtype):

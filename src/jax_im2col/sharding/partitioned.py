@@ -260,3 +260,15 @@ def result_type(prim_name: str, params: dict, operands: Sequence, shape, dtype):
                                   None, dict(mesh.shape))
     spec = plan.result_spec
   return jax_internals.shaped_array(shape, dtype, operands, spec)
+
+
+def like_primal(ct, primal_aval):
+  """A cotangent with its primal's sharding type: with Explicit mesh axes,
+  JAX requires it, and an op's plan may shard its transpose's result
+  otherwise (a reshard, where the types differ)."""
+  want = getattr(primal_aval, "sharding", None)
+  have = getattr(jax.typeof(ct), "sharding", None)
+  if (want is None or have is None or want == have
+      or not jax_internals.explicit_axes(jax_internals.aval_mesh(primal_aval))):
+    return ct
+  return jax.sharding.reshard(ct, want.spec)
