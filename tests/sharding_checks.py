@@ -504,3 +504,25 @@ def test_persistent_cache(tmp_path):
 
   assert [hits(tmp_path / "kept", "0") for _ in range(2)] == [0, 0]
   assert [hits(tmp_path / "stripped", "1") for _ in range(2)] == [0, 1]
+
+
+def test_algorithm_selection_runs_on_the_shards_shapes(monkeypatch):
+  """Each shard's lowering chooses its algorithm (and workspace plan) for
+  the shard's shapes: here a quarter of the images and half the output
+  features."""
+  from jax_im2col.conv import lowering_cpu
+  seen = []
+  select = lowering_cpu.select
+
+  def recording(problem, device):
+    seen.append((problem.op, problem.n, problem.c, problem.o))
+    return select(problem, device)
+  monkeypatch.setattr(lowering_cpu, "select", recording)
+  case = Case("batch_and_output_features", x={"N": DATA}, w={"O": MODEL}, n=8, c=8, o=16)
+  x, w, dn = operands(case, "cl")
+  xd = jax.device_put(x, NamedSharding(MESH, _spec(dn[0], case.x)))
+  wd = jax.device_put(w, NamedSharding(MESH, _spec(dn[1], case.w)))
+  f = conv_fn(j.conv_general_dilated, case, dn)
+  jax.jit(jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), (0, 1))).lower(xd, wd).compile()
+  assert seen and all((n, c, o) == (4, 8, 4) for _, n, c, o in seen), seen
+  assert {op for op, *_ in seen} == {"forward", "input_gradient", "filter_gradient"}, seen

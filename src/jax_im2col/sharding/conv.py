@@ -35,7 +35,7 @@ from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, S
 from ..conv.primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_p,
                                conv_backward_filter_p, conv_forward_p)
 from .halo import exchange, plan_halo
-from .partitioned import Call, Plan, Shape, axes_size, replicated
+from .partitioned import Call, Plan, Shape, axes_size
 
 _OPS = {conv_forward_p.name: FORWARD, conv_backward_data_p.name: INPUT_GRADIENT,
         conv_backward_filter_p.name: FILTER_GRADIENT}

@@ -74,10 +74,6 @@ def named(mesh, spec: Spec) -> NamedSharding:
       None if not axes else axes[0] if len(axes) == 1 else tuple(axes) for axes in spec]))
 
 
-def replicated(ndim: int) -> Spec:
-  return ((),) * ndim
-
-
 def axes_size(mesh_shape, axes) -> int:
   size = 1
   for a in axes:
