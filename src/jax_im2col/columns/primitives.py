@@ -10,6 +10,8 @@ kernel taps row-major, then channels. fold is the exact transpose of unfold.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,9 +20,14 @@ from jax.interpreters import ad, batching, mlir
 from ..common import ffi as _ffi
 from ..common.geometry import Window
 from ..common.primitive import empty_safe, make_primitive
+from ..sharding import partitioned
 
 unfold_p = make_primitive("im2col_unfold")
 fold_p = make_primitive("im2col_fold")
+# Their per-shard twins: what unfold_p and fold_p lower to, once per shard
+# where the computation is partitioned (sharding/partitioned.py).
+unfold_shard_p = make_primitive("im2col_unfold_shard")
+fold_shard_p = make_primitive("im2col_fold_shard")
 
 
 def image_spatial(shape, channels_last: bool) -> tuple[int, ...]:
@@ -49,20 +56,25 @@ def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...])
   return fold_p.bind(cols, window=window, channels_last=channels_last, spatial=spatial)
 
 
-def _unfold_abstract(x, *, window, channels_last):
+def _unfold_abstract(prim, x, *, window, channels_last):
   shape = columns_shape(x.shape[0], image_channels(x.shape, channels_last), window,
                         image_spatial(x.shape, channels_last), channels_last)
-  return jax.core.ShapedArray(shape, x.dtype)
+  return partitioned.result_type(prim.name, dict(window=window, channels_last=channels_last),
+                                 [x], shape, x.dtype)
 
 
-def _fold_abstract(cols, *, window, channels_last, spatial):
+def _fold_abstract(prim, cols, *, window, channels_last, spatial):
   rows = cols.shape[2] if channels_last else cols.shape[1]
-  return jax.core.ShapedArray(
-      image_shape(cols.shape[0], rows // window.kernel_size, spatial, channels_last), cols.dtype)
+  shape = image_shape(cols.shape[0], rows // window.kernel_size, spatial, channels_last)
+  return partitioned.result_type(
+      prim.name, dict(window=window, channels_last=channels_last, spatial=spatial), [cols], shape,
+      cols.dtype)
 
 
-unfold_p.def_abstract_eval(_unfold_abstract)
-fold_p.def_abstract_eval(_fold_abstract)
+for _prim in (unfold_p, unfold_shard_p):
+  _prim.def_abstract_eval(functools.partial(_unfold_abstract, _prim))
+for _prim in (fold_p, fold_shard_p):
+  _prim.def_abstract_eval(functools.partial(_fold_abstract, _prim))
 
 
 def _reshape_lowering(ctx, operand):
@@ -88,24 +100,46 @@ def _fold_lowering(ctx, cols, *, window, channels_last, spatial):
                                          **window.ffi_attributes())
 
 
-for _platform in ("cpu", "cuda"):
-  mlir.register_lowering(unfold_p, _unfold_lowering, platform=_platform)
-  mlir.register_lowering(fold_p, _fold_lowering, platform=_platform)
+def _identity_or(partitioned_rule):
+  """A 1x1 identity window is a reshape, which XLA partitions itself."""
+  def rule(ctx, operand, *, window, **params):
+    if window.is_identity:
+      return _reshape_lowering(ctx, operand)
+    return partitioned_rule(ctx, operand, window=window, **params)
+  return rule
+
+
+def _register():
+  from ..sharding.columns import ColumnsRules
+  unfold_rule = partitioned.partitioned_lowering(unfold_p, unfold_shard_p,
+                                                 ColumnsRules(unfold_shard_p, unfold=True))
+  fold_rule = partitioned.partitioned_lowering(fold_p, fold_shard_p,
+                                               ColumnsRules(fold_shard_p, unfold=False))
+  for platform in ("cpu", "cuda"):
+    mlir.register_lowering(unfold_shard_p, _unfold_lowering, platform=platform)
+    mlir.register_lowering(fold_shard_p, _fold_lowering, platform=platform)
+    mlir.register_lowering(unfold_p, _identity_or(unfold_rule), platform=platform)
+    mlir.register_lowering(fold_p, _identity_or(fold_rule), platform=platform)
+
+
+_register()
 
 
 def _unfold_transpose(ct, x, *, window, channels_last):
   assert ad.is_undefined_primal(x)
   if type(ct) is ad.Zero:
     return [ad.Zero(x.aval)]
-  return [fold(ct, window=window, channels_last=channels_last,
-               spatial=image_spatial(x.aval.shape, channels_last))]
+  return [partitioned.like_primal(
+      fold(ct, window=window, channels_last=channels_last,
+           spatial=image_spatial(x.aval.shape, channels_last)), x.aval)]
 
 
 def _fold_transpose(ct, cols, *, window, channels_last, spatial):
   assert ad.is_undefined_primal(cols)
   if type(ct) is ad.Zero:
     return [ad.Zero(cols.aval)]
-  return [unfold(ct, window=window, channels_last=channels_last)]
+  return [partitioned.like_primal(unfold(ct, window=window, channels_last=channels_last),
+                                  cols.aval)]
 
 
 def _linear_jvp(prim):

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
-from .primitives import conv_backward_data_p, conv_backward_filter_p, conv_forward_p
+from .primitives import (bind_varying, conv_backward_data_p, conv_backward_filter_p,
+                         conv_forward_p)
 
 
 def _to_front(v, d):
@@ -58,20 +59,22 @@ def _batch_rule(prim):
     if b == 0:
       unmapped = [jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1:],
                                        a.dtype) for a, d in zip(args, dims)]
-      out = jax.eval_shape(lambda *v: prim.bind(*v, spec=spec, out_dtype=out_dtype, **extra),
+      out = jax.eval_shape(
+          lambda *v: bind_varying(prim, *v, spec=spec, out_dtype=out_dtype, **extra),
                            *unmapped)
       return jnp.zeros((0, *out.shape), out.dtype), 0
     args = [_to_front(a, d) for a, d in zip(args, dims)]
     mapped = [d is not None for d in dims]
     filter_mapped = prim is conv_backward_filter_p or mapped[1]
     if not filter_mapped:  # only the image operand is mapped
-      out = prim.bind(_images_into_n(args[0]), args[1], spec=spec, out_dtype=out_dtype, **extra)
+      out = bind_varying(prim, _images_into_n(args[0]), args[1], spec=spec,
+                         out_dtype=out_dtype, **extra)
       return out.reshape((b, args[0].shape[1], *out.shape[1:])), 0
     cl = spec.channels_last
     if prim is conv_forward_p and not mapped[0] and spec.groups == 1:
       # Shared input, mapped filters: one conv with B*O output channels.
       w = args[1]
-      out = prim.bind(args[0], w.reshape((b * w.shape[1], *w.shape[2:])), spec=spec,
+      out = bind_varying(prim, args[0], w.reshape((b * w.shape[1], *w.shape[2:])), spec=spec,
                       out_dtype=out_dtype, **extra)
       return images_from_channels(out, b, cl), 0
     new = []
@@ -79,7 +82,8 @@ def _batch_rule(prim):
       a = a if m else _broadcast(a, b)
       new.append(images_into_channels(a, cl) if role == "image" else
                  a.reshape((b * a.shape[1], *a.shape[2:])))
-    out = prim.bind(*new, spec=spec.with_groups(spec.groups * b), out_dtype=out_dtype, **extra)
+    out = bind_varying(prim, *new, spec=spec.with_groups(spec.groups * b), out_dtype=out_dtype,
+                       **extra)
     if prim is conv_backward_filter_p:
       return out.reshape((b, out.shape[0] // b, *out.shape[1:])), 0
     return images_from_channels(out, b, cl), 0

@@ -18,8 +18,9 @@ from ..common.geometry import dilated
 from ..common.primitive import empty_safe
 from . import xla_conv
 from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, PRECISION_HIGHEST,
-                         backward_data_abstract, backward_filter_abstract, conv_backward_data_p,
-                         conv_backward_filter_p, conv_forward_p, filter_shape)
+                         backward_data_abstract, backward_filter_abstract,
+                         conv_backward_data_shard_p, conv_backward_filter_shard_p,
+                         conv_forward_shard_p, filter_shape)
 from .selection import problem_of, select
 
 
@@ -224,7 +225,8 @@ def _lowering(op, columns_dot, xla):
 
 
 for _prim, _op, _fn, _xla in (
-    (conv_forward_p, FORWARD, _forward_cpu, xla_conv.forward),
-    (conv_backward_data_p, INPUT_GRADIENT, _backward_data_cpu, xla_conv.input_gradient),
-    (conv_backward_filter_p, FILTER_GRADIENT, _backward_filter_cpu, xla_conv.filter_gradient)):
+    (conv_forward_shard_p, FORWARD, _forward_cpu, xla_conv.forward),
+    (conv_backward_data_shard_p, INPUT_GRADIENT, _backward_data_cpu, xla_conv.input_gradient),
+    (conv_backward_filter_shard_p, FILTER_GRADIENT, _backward_filter_cpu,
+     xla_conv.filter_gradient)):
   mlir.register_lowering(_prim, _lowering(_op, _fn, _xla), platform="cpu")

@@ -12,8 +12,8 @@ from ..common import ffi
 from ..common.device import device_caps
 from ..common.primitive import empty_safe
 from . import xla_conv
-from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_p,
-                         conv_backward_filter_p, conv_forward_p)
+from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_shard_p,
+                         conv_backward_filter_shard_p, conv_forward_shard_p)
 from .selection import problem_of, select
 
 _TARGETS = {FORWARD: ffi.CONV_FORWARD, INPUT_GRADIENT: ffi.CONV_BACKWARD_DATA,
@@ -45,6 +45,6 @@ def _lowering(op):
   return rule
 
 
-for _prim, _op in ((conv_forward_p, FORWARD), (conv_backward_data_p, INPUT_GRADIENT),
-                   (conv_backward_filter_p, FILTER_GRADIENT)):
+for _prim, _op in ((conv_forward_shard_p, FORWARD), (conv_backward_data_shard_p, INPUT_GRADIENT),
+                   (conv_backward_filter_shard_p, FILTER_GRADIENT)):
   mlir.register_lowering(_prim, _lowering(_op), platform="cuda")

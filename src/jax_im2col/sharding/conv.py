@@ -1,0 +1,302 @@
+"""How the three convolution primitives partition over a mesh.
+
+Each op relates three arrays in the forward's terms: the image x (N, C,
+*S), the filter w (O, C/G, *K) and the image y (N, O, *T) (channels-last:
+channels last). The forward takes (x, w) to y, the input gradient (dy, w) to
+dx, the filter gradient (dy, x) to dw. Their dimensions are tied by factors:
+
+  n      x[N], y[N]                     the batch
+  c      x[C], w[C/G]          G == 1   input features
+  o      w[O], y[O]            G == 1   output features
+  g      x[C], w[O], y[O]      G > 1    whole feature groups (a shard holds
+                                        G/p groups; splitting a group falls back)
+  s_i    x[S_i], y[T_i]                 spatial (halo exchange: halo.py)
+
+A factor missing from the result is contracted, and its axes are summed with
+one psum: c in the forward, o in the input gradient, n and s_i in the filter
+gradient. So data parallelism costs the filter gradient one all-reduce, model
+parallelism over output features or groups costs the input gradient one,
+over input features the forward one, as XLA's own convolution.
+
+``ConvRules.plan`` picks each factor's mesh axes from the operands' shardings
+(in operand order, then the result's proposed sharding), keeping only axes
+that divide the factor (whole groups for g, lined-up windows for s_i) and no
+axis twice; everything else is replicated. The per-shard function runs the
+inner primitive, whose lowering selects the algorithm on the shard's shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax import lax
+from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule
+
+from ..conv.primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_p,
+                               conv_backward_filter_p, conv_forward_p)
+from .halo import exchange, plan_halo
+from .partitioned import Call, Plan, Shape, axes_size
+
+_OPS = {conv_forward_p.name: FORWARD, conv_backward_data_p.name: INPUT_GRADIENT,
+        conv_backward_filter_p.name: FILTER_GRADIENT}
+# (operand roles, result role) of each op.
+_ROLES = {FORWARD: (("x", "w"), "y"), INPUT_GRADIENT: (("y", "w"), "x"),
+          FILTER_GRADIENT: (("y", "x"), "w")}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  nd: int
+  channels_last: bool
+
+  def channel(self) -> int:
+    return self.nd + 1 if self.channels_last else 1
+
+  def spatial(self, i: int) -> int:
+    return 1 + i if self.channels_last else 2 + i
+
+
+def _shapes(op, operands, result):
+  roles_in, role_out = _ROLES[op]
+  shapes = dict(zip(roles_in, (o.shape for o in operands)))
+  shapes[role_out] = result.shape
+  return shapes
+
+
+def _factors(op, spec, shapes):
+  """{factor: [(role, dim), ...]} and the contracted factors of `op`."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  ch = lay.channel()
+  f = {"n": [("x", 0), ("y", 0)]}
+  if spec.groups == 1:
+    f["c"] = [("x", ch), ("w", ch)]
+    f["o"] = [("w", 0), ("y", ch)]
+  else:
+    f["g"] = [("x", ch), ("w", 0), ("y", ch)]
+  for i in range(lay.nd):
+    f[f"s{i}"] = [("x", lay.spatial(i)), ("y", lay.spatial(i))]
+  contracted = {FORWARD: {"c"}, INPUT_GRADIENT: {"o"},
+                FILTER_GRADIENT: {"n", *(f"s{i}" for i in range(lay.nd))}}[op]
+  return f, contracted & f.keys()
+
+
+def _valid(op, spec, shapes, factor, p):
+  """Whether `p` shards of `factor` compute with no communication beyond the
+  factor's own (a Halo for a spatial factor)."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  x, w, y = shapes["x"], shapes["w"], shapes["y"]
+  if factor == "n":
+    return x[0] % p == 0
+  if factor == "c":
+    return x[lay.channel()] % p == 0
+  if factor == "o":
+    return w[0] % p == 0
+  if factor == "g":
+    return spec.groups % p == 0
+  i = int(factor[1:])
+  win = spec.window
+  return plan_halo(op == INPUT_GRADIENT, win.kernel[i], win.stride[i], win.rhs_dilation[i],
+                   win.lhs_dilation[i], win.padding[i], x[lay.spatial(i)], y[lay.spatial(i)], p)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvPlan:
+  axes: dict          # factor -> mesh axes
+  sizes: dict         # factor -> number of shards
+  halos: dict         # spatial index -> (axes, parts, Halo)
+  contracted: tuple   # mesh axes summed over
+
+
+def choose(op, spec, shapes, operand_specs, result_spec, mesh_shape) -> ConvPlan:
+  """Each factor's mesh axes (see the module docstring)."""
+  roles_in, role_out = _ROLES[op]
+  factors, contracted = _factors(op, spec, shapes)
+  specs = dict(zip(roles_in, operand_specs))
+  order = list(roles_in) + ([role_out] if result_spec is not None else [])
+  if result_spec is not None:
+    specs[role_out] = result_spec
+  used, axes, halos = set(), {}, {}
+  for name, places in factors.items():
+    places = sorted(places, key=lambda rd: order.index(rd[0]) if rd[0] in order else 99)
+    for role, dim in places:
+      if role not in specs:
+        continue
+      cand = tuple(specs[role][dim])
+      if not cand or used & set(cand):
+        continue
+      ok = _valid(op, spec, shapes, name, axes_size(mesh_shape, cand))
+      if not ok:
+        continue
+      axes[name] = cand
+      used |= set(cand)
+      if name.startswith("s"):
+        halos[int(name[1:])] = (cand, axes_size(mesh_shape, cand), ok)
+      break
+  summed = tuple(a for name in factors if name in contracted for a in axes.get(name, ()))
+  sizes = {name: axes_size(mesh_shape, a) for name, a in axes.items()}
+  return ConvPlan(axes, sizes, halos, summed)
+
+
+def _spec_of_role(op, spec, shapes, plan: ConvPlan, role, drop=()):
+  factors, _ = _factors(op, spec, shapes)
+  out = [()] * len(shapes[role])
+  for name, places in factors.items():
+    if name in drop:
+      continue
+    for r, d in places:
+      if r == role:
+        out[d] = plan.axes.get(name, ())
+  return tuple(out)
+
+
+def _local_spec(op, spec, shapes, plan: ConvPlan):
+  """The per-shard ConvSpec (groups per shard; each halo'd dimension's
+  padding) and, for the input gradient, the per-shard input extents."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  win = spec.window
+  padding = list(win.padding)
+  for i, (_, _, halo) in plan.halos.items():
+    padding[i] = halo.padding
+  groups = spec.groups // plan.sizes.get("g", 1)
+  local = dataclasses.replace(spec, groups=groups,
+                              window=dataclasses.replace(win, padding=tuple(padding)))
+  in_spatial = tuple(shapes["x"][lay.spatial(i)] // (plan.halos[i][1] if i in plan.halos else 1)
+                     for i in range(lay.nd))
+  return local, in_spatial
+
+
+class ConvRules:
+  """Rules of the three convolution primitives (partitioned.Rules)."""
+
+  def __init__(self, inner_prims):
+    self.inner = inner_prims  # outer primitive name -> inner primitive
+
+  def plan(self, call: Call, operands, result, operand_specs, result_spec, mesh_shape) -> Plan:
+    op = _OPS[call.prim]
+    params = call.kwargs
+    spec = params["spec"]
+    shapes = _shapes(op, operands, result)
+    chosen = choose(op, spec, shapes, operand_specs, result_spec, mesh_shape)
+    roles_in, role_out = _ROLES[op]
+    _, contracted = _factors(op, spec, shapes)
+    in_specs = tuple(_spec_of_role(op, spec, shapes, chosen, r) for r in roles_in)
+    out_spec = _spec_of_role(op, spec, shapes, chosen, role_out, drop=contracted)
+    local, in_spatial = _local_spec(op, spec, shapes, chosen)
+    inner = self.inner[call.prim]
+    lay = _Layout(spec.window.nd, spec.channels_last)
+    halo_role = "y" if op == INPUT_GRADIENT else "x"
+    halo_index = roles_in.index(halo_role)
+    summed = chosen.contracted
+    extra = {k: v for k, v in params.items() if k not in ("spec", "in_spatial")}
+    if op == INPUT_GRADIENT:
+      extra["in_spatial"] = in_spatial
+
+    def per_shard(a, b):
+      ops = [a, b]
+      for i, (axes, parts, halo) in sorted(chosen.halos.items()):
+        ops[halo_index] = exchange(ops[halo_index], lay.spatial(i), axes, parts, halo)
+      out = inner.bind(*ops, spec=local, **extra)
+      if summed:
+        out = lax.psum(out, summed)
+      return out
+
+    return Plan(in_specs, out_spec, per_shard)
+
+  def user_spec(self, call: Call, result: Shape, spec) -> tuple:
+    """A result sharding the plan can produce, from a user's: the kernel
+    dimensions of a filter and invalid channel splits are dropped."""
+    op = _OPS[call.prim]
+    cspec = call.kwargs["spec"]
+    _, role_out = _ROLES[op]
+    lay = _Layout(cspec.window.nd, cspec.channels_last)
+    out = list(spec)
+    if role_out == "w":
+      for i in range(lay.nd):
+        out[lay.spatial(i)] = ()
+      if cspec.groups > 1:
+        out[lay.channel()] = ()
+    return tuple(out)
+
+  def sharding_rule(self, call: Call, operand_shapes, result_shape):
+    op = _OPS[call.prim]
+    spec = call.kwargs["spec"]
+    roles_in, role_out = _ROLES[op]
+    shapes = dict(zip(roles_in, operand_shapes))
+    shapes[role_out] = result_shape
+    return sdy_rule(op, spec, shapes)
+
+
+def sdy_rule(op, spec, shapes) -> SdyShardingRule:
+  """The Shardy rule: the factors above, with the contracted ones as
+  reductions, spatial ones as permutations (halo) where the extents relate by
+  the stride, and what the plan never shards as need-replication."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  roles_in, role_out = _ROLES[op]
+  x, w, y = shapes["x"], shapes["w"], shapes["y"]
+  ch = lay.channel()
+  dims = {"x": [None] * len(x), "w": [None] * len(w), "y": [None] * len(y)}
+  known, replicate, permute, reduce = {}, [], [], []
+  dims["x"][0] = dims["y"][0] = "n"
+  g = spec.groups
+  if g == 1:
+    dims["x"][ch] = dims["w"][ch] = "c"
+    dims["w"][0] = dims["y"][ch] = "o"
+  else:
+    cg, og = w[ch], w[0] // g
+    dims["x"][ch] = CompoundFactor("g", "cg") if cg > 1 else "g"
+    dims["w"][ch] = "cg"
+    dims["w"][0] = dims["y"][ch] = CompoundFactor("g", "og") if og > 1 else "g"
+    known.update(g=g, og=og)
+    replicate += ["cg", "og"] if og > 1 else ["cg"]
+  win = spec.window
+  for i in range(lay.nd):
+    d = lay.spatial(i)
+    s, t = x[d], y[d]
+    dims["w"][d] = f"k{i}"
+    replicate.append(f"k{i}")
+    related = t > 0 and t * win.stride[i] == s * win.lhs_dilation[i]
+    if related and s == t:
+      dims["x"][d] = dims["y"][d] = f"s{i}"
+    elif related and s % t == 0:  # strided: x's rows are (output row, phase)
+      dims["x"][d], dims["y"][d] = CompoundFactor(f"s{i}", f"r{i}"), f"s{i}"
+      known[f"r{i}"] = s // t
+      replicate.append(f"r{i}")
+    elif related and t % s == 0:  # lhs-dilated: y's rows are (input row, phase)
+      dims["x"][d], dims["y"][d] = f"s{i}", CompoundFactor(f"s{i}", f"r{i}")
+      known[f"r{i}"] = t // s
+      replicate.append(f"r{i}")
+    else:
+      dims["x"][d], dims["y"][d] = f"a{i}", f"b{i}"
+      replicate += [f"a{i}", f"b{i}"]
+      continue
+    (reduce if op == FILTER_GRADIENT else permute).append(f"s{i}")
+  if op == FORWARD and g == 1:
+    reduce.append("c")
+  if op == INPUT_GRADIENT and g == 1:
+    reduce.append("o")
+  if op == FILTER_GRADIENT:
+    reduce.insert(0, "n")
+  operands = tuple(ArrayMapping(*dims[r]) for r in roles_in)
+  results = (ArrayMapping(*dims[role_out]),)
+  order, whole = _first_appearance(operands + results)
+  key = lambda f: order.index(f)
+  sizes = {f: known[f] for f in order if f not in whole}
+  return SdyShardingRule(operands, results,
+                         reduction_factors=tuple(sorted(set(reduce), key=key)),
+                         need_replication_factors=tuple(sorted(set(replicate), key=key)),
+                         permutation_factors=tuple(sorted(set(permute), key=key)),
+                         **sizes)
+
+
+def _first_appearance(mappings):
+  """The factors in order of first appearance, and those that are a whole
+  dimension somewhere (the others need their sizes given)."""
+  order, whole = [], set()
+  for m in mappings:
+    for d in m:
+      if not isinstance(d, CompoundFactor):
+        whole.add(d)
+      for f in (d if isinstance(d, CompoundFactor) else (d,)):
+        if f not in order:
+          order.append(f)
+  return order, whole
