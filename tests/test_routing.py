@@ -36,8 +36,17 @@ def test_auto_routes_by_class(dtype):
   assert fwd not in ("xla",) and (dx, dw) == ("xla", "xla")
   # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op.
   assert plan(f(32, 56, 56, 96), f(7, 7, 1, 96), groups=96) == ("depthwise",) * 3
-  # MobileNetV2's 3x3 depthwise forward: XLA.
-  assert plan(f(64, 56, 56, 144), f(3, 3, 1, 144), groups=144)[0] == "xla"
+  # MobileNetV2's 3x3 depthwise: the forward on XLA in float32, the project's
+  # kernels in bfloat16 (the whole model's train step said so).
+  dw = plan(f(64, 56, 56, 144), f(3, 3, 1, 144), groups=144)
+  assert dw == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
+  strided = plan(f(64, 56, 56, 144), f(3, 3, 1, 144), (2, 2), groups=144)
+  assert strided == (("xla", "depthwise", "depthwise") if dtype == jnp.float32
+                     else ("depthwise",) * 3)
+  # Stems: a patchify stem (ConvNeXt's 4x4 stride 4) on the project's kernels;
+  # ResNet-50's 7x7 stride 2 filter gradient on XLA's.
+  assert "xla" not in plan(f(32, 224, 224, 3), f(4, 4, 3, 96), (4, 4), "VALID")
+  assert plan(f(64, 224, 224, 3), f(7, 7, 3, 64), (2, 2))[2] == "xla"
   # Where XLA is weak: dilated (WaveNet), 3-D (U-Net), grouped, channels-first.
   assert "xla" not in plan(f(8, 16000, 128), f(2, 128, 256), (1,), ((512, 0),),
                            dn=("NWC", "WIO", "NWC"), rhs_dilation=(512,))

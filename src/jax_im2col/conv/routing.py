@@ -43,22 +43,30 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   taps = w.kernel_size
   op = p.op
   if spec.groups == p.c == p.o:
-    if taps >= _DEPTHWISE_MIN_TAPS:
-      return None  # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16)
-    if op != "forward" and strided and not _half(p):
+    if taps >= _DEPTHWISE_MIN_TAPS or _half(p):
+      # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16). bfloat16 3x3: per op
+      # 0.97-1.16, but MobileNetV2's bfloat16 train step took 0.99x XLA's time
+      # on the project's kernels and 1.06x with these ops on XLA's.
+      return None
+    if op != "forward" and strided:
       return None  # 3x3 stride 2, f32: input gradient 0.80, filter gradient 0.78
-    return ("depthwise with few taps is memory-bound, where cuDNN comes closer to the copy "
-            "bandwidth: own / XLA 1.03-1.16 (MobileNetV2's 3x3 layers)")
+    return ("a float32 depthwise convolution with few taps is memory-bound, where cuDNN comes "
+            "closer to the copy bandwidth: own / XLA 0.99-1.13 (MobileNetV2's 3x3 layers; "
+            "its inference 1.25x XLA's time on the project's kernels, 1.03x with these on XLA's)")
   if spec.groups > 1:
     return None  # grouped: XLA's grouped convolutions are its weak spot
   if taps == 1:
     return ("a 1x1 convolution is one GEMM either way, and XLA fuses its layout changes into "
             "neighbours: own / XLA 0.94-1.19 over 34 layers")
   if p.c <= _STEM_CHANNELS:
-    if op == "input_gradient" or taps <= 16 or _half(p):
-      return None  # stems: 4x4 0.65-0.84; 7x7 and 3x3 half types 0.67-0.98
-    return ("a float32 stem of a wide window: own / XLA 1.35 forward, 1.02 filter gradient "
-            "(ResNet-50's 7x7)")
+    if op == "input_gradient":
+      return None  # 0.55-0.84 (unused in training: the stem's input is data)
+    if op == "forward" and (taps <= 16 or _half(p)):
+      return None  # 4x4 0.73-0.78; 7x7 bf16 0.76; 3x3 bf16 0.98
+    if op == "filter_gradient" and tuple(w.kernel) == tuple(w.stride):
+      return None  # a patchify stem (stride = window, 4x4): 0.65-0.73
+    return ("the stem's filter gradient, or a float32 stem of a wide window: own / XLA "
+            "1.02-1.35 (ResNet-50's 7x7, MobileNetV2's 3x3)")
   if op == "forward":
     if strided and not _half(p) and taps > 4:
       return "a strided float32 3x3 forward: own / XLA 1.20 (ResNet-50)"
