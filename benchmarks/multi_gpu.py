@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Data-parallel training on several GPUs: jax_im2col.conv_general_dilated
-against XLA's convolution in the jitted train step of ResNet-50 and of a 3-D
-U-Net, on 1, 2, 4, ... devices.
+against XLA's convolution in the jitted train step of the model benchmark's
+models (benchmarks/model_zoo; by default ResNet-50 and the 3-D U-Net), on 1,
+2, 4, ... devices.
 
     python benchmarks/multi_gpu.py --out DIR [--devices 1,2,4] [--models resnet50,unet3d]
         [--dtype f32|bf16] [--per-device-batch resnet50=32,unet3d=1] [--preset full|small|tiny]
@@ -34,7 +35,6 @@ JAX_PLATFORMS=cpu python benchmarks/multi_gpu.py --preset tiny --out /tmp/mg).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import platform
@@ -43,160 +43,19 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_im2col
+from model_bench.problem import IMPLS
+from model_bench.steps import OPTIMIZER, loss_and_grad
+from model_zoo import MODELS
 
-IMPLS = {"xla": lax.conv_general_dilated, "ours": jax_im2col.conv_general_dilated}
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
-
-
-# --- the models (channels-last, as benchmarks/model_zoo defines them) -----------------
-
-def _conv(conv: Callable, dtype, *args, **kwargs) -> nn.Module:
-  return nn.Conv(*args, conv_general_dilated=conv, dtype=dtype, **kwargs)
-
-
-def _norm(train: bool, dtype):
-  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, dtype=dtype)
-
-
-class Bottleneck(nn.Module):
-  features: int
-  strides: int
-  conv: Callable
-  dtype: Any
-
-  @nn.compact
-  def __call__(self, x, train: bool):
-    c = lambda *a, **k: _conv(self.conv, self.dtype, *a, use_bias=False, **k)
-    y = nn.relu(_norm(train, self.dtype)(c(self.features, (1, 1))(x)))
-    y = nn.relu(_norm(train, self.dtype)(c(self.features, (3, 3), self.strides, padding=1)(y)))
-    y = _norm(train, self.dtype)(c(4 * self.features, (1, 1))(y))
-    if x.shape[-1] != 4 * self.features or self.strides != 1:
-      x = _norm(train, self.dtype)(c(4 * self.features, (1, 1), self.strides)(x))
-    return nn.relu(x + y)
-
-
-class ResNet(nn.Module):
-  """ResNet-50 v1.5: 7x7/2 stem, max pool, bottleneck stages (stride on the
-  3x3), global average pool, dense classifier."""
-  num_classes: int
-  stage_sizes: Sequence[int] = (3, 4, 6, 3)
-  width: int = 64
-  conv: Callable = lax.conv_general_dilated
-  dtype: Any = None
-
-  @nn.compact
-  def __call__(self, x, train: bool):
-    x = _conv(self.conv, self.dtype, self.width, (7, 7), 2, padding=3, use_bias=False)(x)
-    x = nn.relu(_norm(train, self.dtype)(x))
-    x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
-    for stage, blocks in enumerate(self.stage_sizes):
-      for block in range(blocks):
-        x = Bottleneck(self.width * 2**stage, 2 if stage > 0 and block == 0 else 1, self.conv,
-                       self.dtype)(x, train)
-    return nn.Dense(self.num_classes, dtype=self.dtype)(jnp.mean(x, axis=(1, 2)))
-
-
-class DoubleConv(nn.Module):
-  features: int
-  conv: Callable
-  dtype: Any
-
-  @nn.compact
-  def __call__(self, x, train: bool):
-    for _ in range(2):
-      x = _conv(self.conv, self.dtype, self.features, (3, 3, 3), padding=1, use_bias=False)(x)
-      x = nn.relu(_norm(train, self.dtype)(x))
-    return x
-
-
-class UNet3D(nn.Module):
-  """3-D U-Net: two 3x3x3 convolutions per level, 2x max pooling down,
-  transposed convolutions (kernel 2, stride 2: input dilation 2, padding 1)
-  up, skips by concatenation, a 1x1x1 convolution to per-voxel scores."""
-  num_classes: int
-  features: Sequence[int] = (32, 64, 128)
-  bottleneck: int = 256
-  conv: Callable = lax.conv_general_dilated
-  dtype: Any = None
-
-  @nn.compact
-  def __call__(self, x, train: bool):
-    skips = []
-    for f in self.features:
-      x = DoubleConv(f, self.conv, self.dtype)(x, train)
-      skips.append(x)
-      x = nn.max_pool(x, (2, 2, 2), (2, 2, 2))
-    x = DoubleConv(self.bottleneck, self.conv, self.dtype)(x, train)
-    for f, skip in zip(reversed(self.features), reversed(skips)):
-      x = _conv(self.conv, self.dtype, f, (2, 2, 2), padding=1, input_dilation=2)(x)
-      x = DoubleConv(f, self.conv, self.dtype)(jnp.concatenate([x, skip], axis=-1), train)
-    return _conv(self.conv, self.dtype, self.num_classes, (1, 1, 1), padding=0)(x)
-
-
-@dataclasses.dataclass(frozen=True)
-class Model:
-  """A model at one preset: its module's fields, one example's shape, the
-  classes, whether labels are per voxel, and the default per-device batch."""
-  name: str
-  module: type
-  options: dict
-  example_shape: tuple
-  num_classes: int
-  dense_labels: bool
-  per_device_batch: int
-
-
-PRESETS = {
-    "full": {
-        "resnet50": Model("resnet50", ResNet, {}, (224, 224, 3), 1000, False, 32),
-        "unet3d": Model("unet3d", UNet3D, {}, (64, 64, 64, 1), 2, True, 1),
-    },
-    "small": {
-        "resnet50": Model("resnet50", ResNet, dict(stage_sizes=(1, 1, 1, 1), width=8),
-                          (64, 64, 3), 10, False, 2),
-        "unet3d": Model("unet3d", UNet3D, dict(features=(4, 8, 16), bottleneck=32),
-                        (16, 16, 16, 1), 2, True, 1),
-    },
-    "tiny": {
-        "resnet50": Model("resnet50", ResNet, dict(stage_sizes=(1, 1), width=4), (16, 16, 3), 5,
-                          False, 1),
-        "unet3d": Model("unet3d", UNet3D, dict(features=(2,), bottleneck=4), (4, 4, 4, 1), 2,
-                        True, 1),
-    },
-}
-
-OPTIMIZER = optax.sgd(0.01, momentum=0.9)
-
-
-def cross_entropy(logits, labels):
-  log_p = jax.nn.log_softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
-  return -jnp.mean(jnp.take_along_axis(log_p, labels[..., None], axis=-1))
-
-
-def make_step(module: nn.Module):
-  """(train state, x, labels) -> (new train state, loss)."""
-  def loss(params, state, x, labels):
-    logits, new_state = module.apply({"params": params, **state}, x, train=True,
-                                     mutable=list(state))
-    return cross_entropy(logits, labels), new_state
-
-  def step(train_state, x, labels):
-    params, state, opt_state = train_state
-    (value, state), grads = jax.value_and_grad(loss, has_aux=True)(params, state, x, labels)
-    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), state, opt_state), value
-  return step
 
 
 # --- measuring ---------------------------------------------------------------------------
@@ -205,22 +64,37 @@ def collectives(text: str) -> dict:
   return {k: len(re.findall(rf"= [^=]*? {k}(-start)?\(", text)) for k in KINDS}
 
 
-def _batch(model: Model, n: int, seed: int = 0):
+def _batch(spec, preset: str, n: int, seed: int = 0):
+  """n random examples of the model at `preset`, and their labels."""
+  p = spec.presets[preset]
   rng = np.random.default_rng(seed)
-  x = rng.standard_normal((n, *model.example_shape), np.float32)
-  shape = (n, *model.example_shape[:-1]) if model.dense_labels else (n,)
-  return x, rng.integers(0, model.num_classes, shape, np.int32)
+  x = rng.standard_normal((n, *p.input_shape), np.float32)
+  shape = (n, *p.input_shape[:-1]) if spec.dense_labels else (n,)
+  return x, rng.integers(0, p.num_classes, shape, np.int32)
 
 
-def measure(model: Model, devices, impl: str, dtype, variables, steps: int, repeats: int):
+def make_step(module):
+  """(train state, x, labels) -> (new train state, loss), unjitted: the caller
+  jits it with the mesh's shardings."""
+  grad = loss_and_grad(module)
+
+  def step(train_state, x, labels):
+    params, state, opt_state = train_state
+    (loss, state), grads = grad(params, state, x, labels)
+    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), state, opt_state), loss
+  return step
+
+
+def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype, variables,
+            steps: int, repeats: int):
   """One model on `devices`, data parallel: ms per step, compile seconds,
   collectives and the first step's loss."""
   n = len(devices)
   mesh = Mesh(np.array(devices), ("data",))
   replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  module = model.module(num_classes=model.num_classes, conv=IMPLS[impl], dtype=dtype,
-                        **model.options)
-  x, labels = _batch(model, model.per_device_batch * n)
+  module = spec.build(preset, IMPLS[impl], dtype)
+  x, labels = _batch(spec, preset, per_device_batch * n)
   x, labels = jax.device_put(x, split), jax.device_put(labels, split)
   params = variables["params"]
   state = {k: v for k, v in variables.items() if k != "params"}
@@ -244,8 +118,8 @@ def measure(model: Model, devices, impl: str, dtype, variables, steps: int, repe
     jax.block_until_ready(loss)
     times.append((time.perf_counter() - t0) / steps)
   ms = 1e3 * statistics.median(times)
-  return dict(model=model.name, impl=impl, devices=n, global_batch=model.per_device_batch * n,
-              ms_per_step=ms, examples_per_s=model.per_device_batch * n / (ms / 1e3),
+  return dict(model=spec.name, impl=impl, devices=n, global_batch=per_device_batch * n,
+              ms_per_step=ms, examples_per_s=per_device_batch * n / (ms / 1e3),
               compile_s=compile_s, collectives=counts, first_loss=first_loss,
               ms_repeats=[1e3 * t for t in times])
 
@@ -316,9 +190,10 @@ def main(argv=None):
   parser.add_argument("--models", default="resnet50,unet3d")
   parser.add_argument("--impls", default="xla,ours")
   parser.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
-  parser.add_argument("--preset", choices=tuple(PRESETS), default="full")
+  parser.add_argument("--preset", choices=("full", "small", "tiny"), default="full")
   parser.add_argument("--per-device-batch", type=_batches, default={},
-                      help="e.g. resnet50=64,unet3d=2 (default: the preset's)")
+                      help="e.g. resnet50=64,unet3d=2 (default: half the preset's batch, at "
+                           "least 1)")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--repeats", type=int, default=5)
   args = parser.parse_args(argv)
@@ -340,18 +215,17 @@ def main(argv=None):
         f"{result['environment']['device_kind']}, jax {jax.__version__}\n\n{table(rows)}\n")
 
   for name in args.models.split(","):
-    model = PRESETS[args.preset][name]
-    if name in args.per_device_batch:
-      model = dataclasses.replace(model, per_device_batch=args.per_device_batch[name])
-    init_module = model.module(num_classes=model.num_classes, conv=IMPLS["xla"], dtype=dtype,
-                               **model.options)
-    x, _ = _batch(model, 1)
+    spec = MODELS[name]
+    per_device = args.per_device_batch.get(name, max(1, spec.presets[args.preset].batch // 2))
+    init_module = spec.build(args.preset, IMPLS["xla"], dtype)
+    x, _ = _batch(spec, args.preset, 1)
     variables = jax.jit(lambda k, x: init_module.init(k, x, train=False))(jax.random.key(0), x)
     variables = jax.tree.map(np.asarray, variables)  # on the host: each run donates its own copy
     for n in counts:
       for impl in args.impls.split(","):
         try:
-          row = measure(model, visible[:n], impl, dtype, variables, args.steps, args.repeats)
+          row = measure(spec, args.preset, per_device, visible[:n], impl, dtype, variables,
+                        args.steps, args.repeats)
         except Exception as e:  # noqa: BLE001 - record it, measure the rest
           row = dict(model=name, impl=impl, devices=n, error=f"{type(e).__name__}: {e}")
         rows.append(row)
