@@ -34,7 +34,9 @@ def _git(*args: str) -> str | None:
 
 def environment() -> dict:
   """Device (platform, kind, count), package versions, the git commit of the
-  benchmark's checkout (and whether tracked files differ from it), the date."""
+  benchmark's checkout (and whether tracked files differ from it; a copy of
+  the tree without its history names the commit in JAX_IM2COL_COMMIT), the
+  date."""
   device = jax.devices()[0]
   status = _git("status", "--porcelain", "--untracked-files=no")
   return {
@@ -44,7 +46,7 @@ def environment() -> dict:
       "versions": {name: _version(name) for name in
                    ("jax", "jaxlib", "flax", "optax", "numpy", "jax_im2col")},
       "jax_im2col_cuda": jax_im2col.has_cuda(),
-      "git_commit": _git("rev-parse", "HEAD"),
+      "git_commit": os.environ.get("JAX_IM2COL_COMMIT") or _git("rev-parse", "HEAD"),
       "git_dirty": None if status is None else bool(status),
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "python": sys.version.split()[0],
