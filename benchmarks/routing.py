@@ -25,7 +25,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 
 import jax_im2col
 from model_bench.environment import environment

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_im2col as j
-from jax_im2col import _conv_primitives
+from jax_im2col.conv import selection
 
 
 def median_ms(fn, *args, reps=200, rounds=7):
@@ -34,20 +34,21 @@ def conv_fn():
 
 
 def main():
-  split = _conv_primitives.implicit_splits
+  split = selection.implicit_splits
   for n in (1, 4):
     for dtype in (jnp.float32, jnp.bfloat16):
       key = jax.random.PRNGKey(0)
       x = jax.random.normal(key, (n, 7, 7, 512), dtype)
       w = jax.random.normal(key, (3, 3, 512, 512), dtype)
       parts = split(m=n * 49, og=512, o=512, groups=1,
-                    reduction_bytes=512 * 9 * jnp.dtype(dtype).itemsize, limit=256 << 20)
+                    reduction_bytes=512 * 9 * jnp.dtype(dtype).itemsize, limit=256 << 20,
+                    multiprocessors=jax.devices()[0].core_count)
       with_split = median_ms(conv_fn(), x, w)
-      _conv_primitives.implicit_splits = lambda **kw: 1
+      selection.implicit_splits = lambda **kw: 1
       try:
         without = median_ms(conv_fn(), x, w)
       finally:
-        _conv_primitives.implicit_splits = split
+        selection.implicit_splits = split
       lax_ms = median_ms(jax.jit(lambda x, w: jax.lax.conv_general_dilated(
           x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))), x, w)
       print(f"batch {n} {jnp.dtype(dtype).name}: {parts} parts {with_split:.4f} ms, "

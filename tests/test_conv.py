@@ -21,7 +21,7 @@ import jax_im2col
 from conftest import GPU_DEVICES, PLATFORMS, on_platform
 from jax_im2col.common import geometry as _geometry
 from jax_im2col.common.device import DeviceCaps, device_caps
-from jax_im2col.conv import lowering_cuda, primitives, selection, workspace
+from jax_im2col.conv import applicability, lowering_cuda, primitives, workspace
 
 # Plans for CUDA GPUs of each kind (H100: 132 multiprocessors).
 HOPPER = DeviceCaps("cuda", (9, 0), 132, True)
@@ -473,14 +473,14 @@ def test_grouped_algorithm_choice():
   def spec(groups, channels_last=False, nd=2):  # the fields the choice reads, a 3x3 kernel
     return types.SimpleNamespace(groups=groups, channels_last=channels_last,
                                  window=types.SimpleNamespace(kernel_size=9, nd=nd, lhs_dilation=(1,) * nd))
-  direct = selection.direct_applies
+  direct = applicability.direct_applies
   assert direct(spec(4), 64, 64)          # 16 channels per group
   assert not direct(spec(4), 64, 68)      # 17 output channels per group
   assert not direct(spec(2), 64, 64)      # 32 channels per group
   assert not direct(spec(1), 64, 64)
   assert direct(spec(8, True), 64, 64)
   assert not direct(spec(2, True), 64, 64)
-  kind = lambda spec, c, dtype=np.float32: selection.direct_filter_kind(spec, c, c, dtype)
+  kind = lambda spec, c, dtype=np.float32: applicability.direct_filter_kind(spec, c, c, dtype)
   assert kind(spec(8), 64) == "grouped"
   assert kind(spec(8, True), 64) == "grouped"
   assert kind(spec(64), 64) == "depthwise_cf"
@@ -745,7 +745,7 @@ def implicit_operands_seen(platform, dtype):
   float32 as TF32 on the GPU (truncated by Hopper's wgmma kernels, rounded to
   nearest by mma.sync), other types as they are."""
   if platform == "gpu" and np.dtype(dtype) == np.float32:
-    return truncate_to_tf32 if selection.implicit_truncates_tf32(device_caps("cuda")) else round_to_tf32
+    return truncate_to_tf32 if applicability.implicit_truncates_tf32(device_caps("cuda")) else round_to_tf32
   return lambda a: np.asarray(a, np.float32)
 
 
@@ -802,11 +802,11 @@ def test_implicit_gemm_against_float64(platform, layout, dtype, name):
   out_positions = int(np.prod(lax.conv_general_dilated(
       jnp.zeros((1, 1, *case["spatial"])), jnp.zeros((1, 1, *case["kernel"])), case["strides"],
       case["padding"], rhs_dilation=case["rhs_dilation"]).shape[2:]))
-  assert selection.use_implicit(spec, dtype, case["c"], case["o"], out_positions, device_caps("cuda"))
-  implicit_dx = selection.use_implicit(spec, dtype, case["c"], case["o"],
+  assert applicability.use_implicit(spec, dtype, case["c"], case["o"], out_positions, device_caps("cuda"))
+  implicit_dx = applicability.use_implicit(spec, dtype, case["c"], case["o"],
                                        int(np.prod(case["spatial"])), device_caps("cuda"),
                                        input_gradient=True)
-  implicit_dw = selection.use_implicit_filter(spec, dtype, case["c"], case["o"],
+  implicit_dw = applicability.use_implicit_filter(spec, dtype, case["c"], case["o"],
                                               device_caps("cuda"), positions=out_positions,
                                               images=case["n"])
   # Every case but the odd output channels has whole vectors of them, and
@@ -881,7 +881,7 @@ def conv_1d_cf_routes(case, dtype=np.float32, **spec_changes):
   spec = dataclasses.replace(spec, **spec_changes) if spec_changes else spec
   in_w = case["spatial"][0]
   out_w = spec.window.output_spatial((in_w,))[0]
-  return tuple(selection.conv_1d_cf_applies(spec, dtype, case["c"], case["o"], device_caps("cuda"),
+  return tuple(applicability.conv_1d_cf_applies(spec, dtype, case["c"], case["o"], device_caps("cuda"),
                                             in_w=in_w, out_w=out_w, op=op)
                for op in CONV_1D_CF_OPS)
 
@@ -1005,8 +1005,8 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   spec = _implicit_spec(case, layout)
   on_gpu = platform == "gpu"
   device = device_caps("cuda")
-  packed = on_gpu and selection.packed_factor(spec, dtype, case["c"], case["o"], device) > 0
-  packed_dx = on_gpu and selection.packed_factor(spec, dtype, case["c"], case["o"], device,
+  packed = on_gpu and applicability.packed_factor(spec, dtype, case["c"], case["o"], device) > 0
+  packed_dx = on_gpu and applicability.packed_factor(spec, dtype, case["c"], case["o"], device,
                                                  input_gradient=True) > 0
   if on_gpu and device.hopper_kernels:
     # 1d-g2-s2's 24 output channels per group do not divide 64.
@@ -1015,7 +1015,7 @@ def test_packed_groups_against_float64(platform, layout, dtype, name):
   x, w, ct, y32, y, dx, dw = forward_and_gradients(platform, cfg, dtype, 7)
   if on_gpu and device.hopper_kernels:
     out_positions = int(np.prod(ct.shape[2:] if layout == "cf" else ct.shape[1:-1]))
-    packed_dw = selection.packed_filter_factor(spec, dtype, case["c"], case["o"], device,
+    packed_dw = applicability.packed_filter_factor(spec, dtype, case["c"], case["o"], device,
                                                positions=out_positions, images=case["n"])
     # Half types, where the grouped direct kernel would take it (16 channels
     # per group at most: not 1d-g2-s2's 32).
@@ -1117,7 +1117,7 @@ def test_hopper_routing():
     case = dict(groups=1, spatial=(7, 7), kernel=(3, 3), strides=(1, 1), padding="SAME",
                 rhs_dilation=(1, 1))
     spec = _implicit_spec(case, layout)
-    return selection.use_implicit(spec, np.float32, channels, channels, 49, device, images=images)
+    return applicability.use_implicit(spec, np.float32, channels, channels, 49, device, images=images)
 
   assert not implicit("cl", 512, 32, hopper=True)   # 104 tiles
   assert implicit("cl", 512, 64, hopper=True)       # 200 tiles
@@ -1131,7 +1131,7 @@ def test_implicit_filter_positions_per_call(monkeypatch):
   """The implicit filter gradient's kernel takes at most _FILTER_MAX_POSITIONS
   positions per call: channels-last operands go in one call (past the limit,
   im2col + GEMM), channels-first ones in chunks of images that fit it."""
-  monkeypatch.setattr(selection, "_FILTER_MAX_POSITIONS", 1000)
+  monkeypatch.setattr(applicability, "FILTER_MAX_POSITIONS", 1000)
 
   def filter_call(layout):
     cl = layout == "cl"

@@ -73,7 +73,7 @@ def _forward_cpu_chunk(x, w, *, spec, out_dtype):
 
 def _backward_data_cpu_chunk(dy, w, *, spec, out_dtype, in_spatial):
   dyg, wg = _grouped_image(dy, spec), _grouped_filter(w, spec)
-  n, k = dy.shape[0], spec.window.kernel_size
+  n = dy.shape[0]
   acc = _acc_dtype(out_dtype)
   if spec.channels_last:
     dcols = lax.dot_general(dyg, wg, (((3,), (1,)), ((2,), (0,))), precision=_dot_precision(spec),

@@ -9,12 +9,8 @@ reason. The CUDA lowering, ``explain`` and the tests all call it.
 The order of preference (PyTorch's ``select_conv_backend`` has the same
 shape): an algorithm the user forced; XLA's own convolution where the
 measured rules say cuDNN is faster (routing.py); then the project's
-algorithms, most specialised first. Where a rule cites a step, the
-measurement behind it is in docs/optimization-log.md.
-
-This module is long because every algorithm's applicability and preference
-live together here, so that their order can be read in one place; the sizes
-they need are in workspace.py.
+algorithms, most specialised first (_candidates). When each applies is
+applicability.py's; the sizes each plan needs, workspace.py's.
 """
 
 from __future__ import annotations
@@ -25,23 +21,16 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..columns.primitives import image_channels, image_spatial
-from ..common.arguments import HALF_DTYPES
 from ..common.device import DeviceCaps
-from ..common.geometry import gradient_phases
-from . import routing
+from . import applicability, routing
 from .depthwise_plan import depthwise_applies, depthwise_filter_plan
-from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, PRECISION_DEFAULT,
-                         ConvSpec)
-from .workspace import (BLAS_WORKSPACE_BYTES, MAX_GROUPS_IMPLICIT, align, conv_1d_cf_slices,
-                        direct_filter_slices, filter_tile_o, images_per_chunk,
-                        implicit_filter_splits, implicit_splits, plan_chunks)
+from .primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, ConvSpec
+from .workspace import (BLAS_WORKSPACE_BYTES, align, conv_1d_cf_slices, direct_filter_slices,
+                        images_per_chunk, implicit_filter_splits, implicit_splits, plan_chunks)
 
 # The `algorithm` attribute of the FFI calls (Algorithm in lib/conv/conv_call.h).
 FFI_ALGORITHMS = {"gemm": 0, "direct": 1, "implicit": 2, "implicit_packed": 3,
                   "gemm_channels_last": 4, "gemm_per_image": 5, "conv1d_cf": 6, "depthwise": 7}
-
-_INT32_LIMIT = 1 << 31
-
 
 @dataclasses.dataclass(frozen=True)
 class ConvProblem:
@@ -98,177 +87,6 @@ class Choice:
     return FFI_ALGORITHMS.get(self.algorithm)
 
 
-# --- shapes of operations ------------------------------------------------------
-
-def _is_half(dtype) -> bool:
-  return np.dtype(dtype) in HALF_DTYPES
-
-
-def _whole_vectors(channels, dtype) -> bool:
-  """Whether runs of `channels` elements are whole 16-byte vectors."""
-  return channels % (16 // np.dtype(dtype).itemsize) == 0
-
-
-def _depthwise(spec, c, o) -> bool:
-  return spec.groups == c == o
-
-
-# Small groups take the scalar direct kernels up to this many filter taps per
-# output channel (kDirectMaxTaps in lib/conv/direct/direct_conv.h: past it
-# they sum in rounds).
-DIRECT_MAX_TAPS = 32
-# Keep in sync with kGroupedMaxChannels in lib/conv/direct/direct_conv.h.
-GROUPED_MAX_CHANNELS = 16
-
-
-def _grouped(spec, c, o) -> bool:
-  """The grouped kernels (grouped_applies in lib/conv/direct/grouped_conv.cu):
-  groups of at most GROUPED_MAX_CHANNELS input and output channels,
-  depthwise excepted."""
-  cg, og = c // spec.groups, o // spec.groups
-  return (spec.groups > 1 and not _depthwise(spec, c, o)
-          and cg <= GROUPED_MAX_CHANNELS and og <= GROUPED_MAX_CHANNELS)
-
-
-def direct_applies(spec, c, o) -> bool:
-  """Direct kernels for depthwise and small groups, where each group's GEMM is
-  too thin for tensor cores and columns cost more traffic than they feed."""
-  cg, og = c // spec.groups, o // spec.groups
-  small = (spec.groups > 1 and cg <= 4 and og <= 4
-           and cg * spec.window.kernel_size <= DIRECT_MAX_TAPS)
-  return small or _grouped(spec, c, o)
-
-
-# --- the implicit GEMM ---------------------------------------------------------
-
-# Small groups packed for the implicit GEMM on Hopper (packed_groups in
-# lib/conv/conv_call.h): consecutive groups whose image channels make
-# _PACKED_CHANNELS become one group with a block-diagonal filter, so that the
-# TMA kernel takes whole runs of channels; at most _MAX_PACK of them (the
-# arithmetic grows by the factor; step 23).
-_PACKED_CHANNELS = 64
-_MAX_PACK = 8
-# The input gradient of a strided convolution runs as one implicit GEMM per
-# phase of the input (gradient_phase in lib/common/geometry.h): at most
-# MAX_PHASES of them (kMaxGradientPhases in lib/conv/implicit/implicit_conv.cu).
-MAX_PHASES = 64
-
-
-def implicit_truncates_tf32(device: DeviceCaps) -> bool:
-  """Whether the implicit GEMM multiplies float32 operands truncated to TF32
-  (the Hopper kernels, as cuBLAS's and cuDNN's Hopper kernels do) rather than
-  rounded to nearest (the mma.sync kernel)."""
-  return device.hopper_kernels
-
-
-def _implicit_operands(spec, dtype, *, input_gradient) -> bool:
-  """What every implicit-GEMM kernel needs of a call: float16 / bfloat16, or
-  float32 at DEFAULT precision (TF32); no lhs dilation; for the input
-  gradient, at most MAX_PHASES phases."""
-  dtype = np.dtype(dtype)
-  if not (_is_half(dtype) or (dtype == np.float32 and spec.precision == PRECISION_DEFAULT)):
-    return False
-  w = spec.window
-  return not (any(d != 1 for d in w.lhs_dilation)
-              or (input_gradient and int(np.prod(w.stride)) > MAX_PHASES))
-
-
-def implicit_pass_extent(spec, out_spatial, *, input_gradient=False):
-  """(output positions per image, taps) of the implicit GEMM's largest pass
-  (implicit_passes in lib/conv/implicit/implicit_conv.cu), and the number of
-  passes: the forward's own, or the phases of the input gradient that some
-  tap reaches (0 positions where none does: the input gradient is all zeros;
-  or with lhs dilation, which no implicit GEMM takes). out_spatial: the
-  spatial extents of the image the call writes."""
-  w = spec.window
-  if any(d != 1 for d in w.lhs_dilation):
-    return 0, 0, 0
-  if not input_gradient:
-    return int(np.prod(out_spatial, dtype=np.int64)), w.kernel_size, 1
-  passes = [ph for ph in gradient_phases(w, out_spatial)
-            if ph.window is not None and all(ph.positions)]
-  if not passes:
-    return 0, 0, 0
-  return (max(int(np.prod(ph.positions, dtype=np.int64)) for ph in passes),
-          max(ph.window.kernel_size for ph in passes), len(passes))
-
-
-def packed_factor(spec, dtype, c, o, device, *, input_gradient=False) -> int:
-  """The packing factor for a grouped convolution on Hopper, or 0: operands the
-  implicit GEMM takes (_implicit_operands), 8 to 32 image channels per group
-  dividing 64, and groups a multiple of the factor."""
-  if spec.groups == 1 or not _implicit_operands(spec, dtype, input_gradient=input_gradient):
-    return 0
-  w = spec.window
-  cg = (o if input_gradient else c) // spec.groups
-  if cg >= _PACKED_CHANNELS or _PACKED_CHANNELS % cg:
-    return 0
-  pack = _PACKED_CHANNELS // cg
-  if pack > _MAX_PACK or spec.groups % pack or spec.groups // pack > MAX_GROUPS_IMPLICIT:
-    return 0
-  if max(c, o) * w.kernel_size * pack >= _INT32_LIMIT or not device.hopper_kernels:
-    return 0
-  return pack
-
-
-def _implicit_gemm_call(spec, dtype, c, o, device, *, input_gradient) -> bool:
-  """What every unpacked implicit GEMM (forward, input and filter gradients)
-  needs of a call that would otherwise take im2col + GEMM: operands it takes
-  (_implicit_operands), an Ampere or newer GPU, channels within 32 bits, at
-  most MAX_GROUPS_IMPLICIT groups. A 1x1 window without stride or padding
-  stays a plain GEMM."""
-  w = spec.window
-  return (_implicit_operands(spec, dtype, input_gradient=input_gradient)
-          and device.ampere_or_newer and not direct_applies(spec, c, o) and not w.is_identity
-          and spec.groups <= MAX_GROUPS_IMPLICIT and max(c, o) < _INT32_LIMIT)
-
-
-def implicit_applies(spec, dtype, c, o, device, *, input_gradient=False) -> bool:
-  """The implicit GEMM on tensor cores (implicit_applies in
-  lib/conv/implicit/implicit_gemm.cu): _implicit_gemm_call, and the image it
-  reads (x, or dy for the input gradient) with channels per group in whole
-  16-byte vectors."""
-  if not _implicit_gemm_call(spec, dtype, c, o, device, input_gradient=input_gradient):
-    return False
-  channels = (o if input_gradient else c) // spec.groups
-  return _whole_vectors(channels, dtype) and channels * spec.window.kernel_size < _INT32_LIMIT
-
-
-# Where the implicit GEMM is faster than im2col + cuBLAS. The mma.sync kernel
-# (step 18): up to this many channels per group in the image it reads, and for
-# channels-first half types with fewer output positions per image than
-# _IMPLICIT_CF_POSITIONS (there the GEMM path's per-image products are thin).
-# The Hopper kernels (step 22): everywhere but channels-last calls with over
-# _HOPPER_GEMM_CHANNELS channels per group whose 128 x 64 output tiles do not
-# fill the GPU once (cuBLAS splits those reductions better). The phases of a
-# strided input gradient (step 27) write the input's channels per group as the
-# tile's columns: fewer than _PHASE_MIN_CHANNELS (the stem's 3) would leave
-# most of the narrowest tile (64) idle.
-IMPLICIT_MAX_CHANNELS = 128
-_IMPLICIT_CF_POSITIONS = 2048
-_HOPPER_GEMM_CHANNELS = 256
-_PHASE_MIN_CHANNELS = 32
-
-
-def use_implicit(spec, dtype, c, o, positions, device, *, input_gradient=False, images=1) -> bool:
-  """Whether the implicit GEMM is taken: where it applies and is the faster
-  path. positions: output positions per image of the call's largest pass
-  (implicit_pass_extent), of `images` images."""
-  if not implicit_applies(spec, dtype, c, o, device, input_gradient=input_gradient):
-    return False
-  if (input_gradient and any(s != 1 for s in spec.window.stride)
-      and c // spec.groups < _PHASE_MIN_CHANNELS):
-    return False
-  channels = (o if input_gradient else c) // spec.groups
-  if device.hopper_kernels:
-    out_channels = (c if input_gradient else o) // spec.groups
-    tiles = -(-images * positions // 128) * -(-out_channels // 64) * spec.groups
-    return not (spec.channels_last and channels > _HOPPER_GEMM_CHANNELS
-                and tiles < device.multiprocessors)
-  return channels <= IMPLICIT_MAX_CHANNELS or (
-      not spec.channels_last and _is_half(dtype) and positions < _IMPLICIT_CF_POSITIONS)
-
-
 def _implicit_choice(p: ConvProblem, device, *, pack, extent, input_gradient) -> Choice:
   """The implicit GEMM's plan (implicit_conv in lib/conv/implicit/
   implicit_conv.cu): channels-first input is made channels-last in chunks of
@@ -304,59 +122,6 @@ def _implicit_choice(p: ConvProblem, device, *, pack, extent, input_gradient) ->
                 max(1, align(filter_bytes) + align(image_bytes) + align(partials)))
 
 
-# --- the implicit filter gradient ---------------------------------------------
-
-_FILTER_MAX_POSITIONS = (1 << 31) - 64  # kMaxFilterPositions: per call
-# Where the implicit filter gradient beats im2col + cuBLAS (step 25, H100): up
-# to this many output channels per group (r50_3x3_c64 0.53-0.71x of the GEMM
-# path's time, c3d 0.43-0.58x, r50_3x3s2_c128 0.69-0.97x). Wider groups feed
-# cuBLAS's GEMM enough arithmetic per column that its tensor-core rate wins
-# (256 and 512 channels: 1.0-1.7x slower implicit).
-IMPLICIT_FILTER_MAX_CHANNELS = 128
-
-
-def implicit_filter_applies(spec, dtype, c, o, device, *, positions, images) -> bool:
-  """The filter gradient as an implicit GEMM (implicit_filter_applies in
-  lib/conv/implicit/implicit_filter_gradient.cu): _implicit_gemm_call
-  (strides are fine: they only skip positions), channels per group of x and
-  of dy in whole 16-byte vectors, and at most _FILTER_MAX_POSITIONS positions
-  per kernel call: all `images` images of `positions` output positions each
-  for channels-last operands, one image at least for channels-first ones
-  (made channels-last in chunks of images)."""
-  if not _implicit_gemm_call(spec, dtype, c, o, device, input_gradient=False):
-    return False
-  cg, og = c // spec.groups, o // spec.groups
-  per_call = images * positions if spec.channels_last else positions
-  return (_whole_vectors(cg, dtype) and _whole_vectors(og, dtype)
-          and per_call <= _FILTER_MAX_POSITIONS and cg * spec.window.kernel_size < _INT32_LIMIT
-          and og // filter_tile_o(0) < MAX_GROUPS_IMPLICIT)  # the grid's y
-
-
-def use_implicit_filter(spec, dtype, c, o, device, *, positions, images) -> bool:
-  """Whether the implicit filter gradient is taken: where it applies with at
-  most IMPLICIT_FILTER_MAX_CHANNELS output channels per group."""
-  return (o // spec.groups <= IMPLICIT_FILTER_MAX_CHANNELS
-          and implicit_filter_applies(spec, dtype, c, o, device, positions=positions,
-                                      images=images))
-
-
-def packed_filter_factor(spec, dtype, c, o, device, *, positions, images) -> int:
-  """The packing factor with which a grouped filter gradient runs as one
-  implicit GEMM per `pack` groups (the forward's packed_factor), or 0. Where
-  the grouped direct kernel would take it (_grouped), in half types only:
-  their Hopper TMA kernel multiplies the packs' whole blocks at the dense c64
-  rate (resnext_g32 bf16 0.15 -> 0.04-0.06 ms), where float32's mma.sync
-  kernel would gain nothing on the grouped kernel (step 40). Wider groups
-  keep their unpacked paths, which pay no extra arithmetic."""
-  if not _is_half(dtype) or not _grouped(spec, c, o):
-    return 0
-  pack = packed_factor(spec, dtype, c, o, device)
-  if not pack or not implicit_filter_applies(spec.with_groups(spec.groups // pack), dtype, c, o,
-                                             device, positions=positions, images=images):
-    return 0
-  return pack
-
-
 def _implicit_filter_choice(p: ConvProblem, device, pack=1) -> Choice:
   """Channels-first x and dy are made channels-last in chunks of images under
   the workspace cap (implicit_backward_filter in lib/conv/implicit/
@@ -369,7 +134,7 @@ def _implicit_filter_choice(p: ConvProblem, device, pack=1) -> Choice:
     x_image = p.c * p.in_positions * p.item
     dy_image = p.o * positions * p.item
     images = min(images_per_chunk(p.n, x_image + dy_image, spec.workspace_limit),
-                 max(1, _FILTER_MAX_POSITIONS // max(1, positions)))
+                 max(1, applicability.FILTER_MAX_POSITIONS // max(1, positions)))
     image_bytes, gradient_bytes = images * x_image, images * dy_image
   groups = spec.groups // pack
   kg = p.c // groups * spec.window.kernel_size
@@ -382,81 +147,6 @@ def _implicit_filter_choice(p: ConvProblem, device, pack=1) -> Choice:
          else "implicit filter gradient: columns gathered beside dy, parts summed in order")
   return Choice(name, why, images, splits,
                 align(image_bytes) + align(gradient_bytes) + align(partials))
-
-
-# --- channels-first 1-D kernels ------------------------------------------------
-
-# Channels-first 1-D convolutions read as they are (lib/conv/conv1d/
-# conv_1d_cf.cu): tiles of positions of a group's rows in shared memory,
-# multiplied by mma.sync in TF32 (operands truncated), for every op at stride
-# 1. Where they apply they replace the implicit GEMM and its channels-last
-# copies of x and dy (jax#13800's grouped 1-D convolution: step 49). Keep in
-# sync with lib/conv/conv1d/conv_1d_cf.h.
-_CONV_1D_CF_POSITIONS = 128
-_CONV_1D_CF_MAX_CHANNELS = 64
-_CONV_1D_CF_SHARED_BYTES = 96 * 1024
-_CONV_1D_CF_MAX_WIDTH = 1 << 30
-
-
-def _conv_1d_cf_shared(ci, co, taps, dilation):
-  """Shared memory of the convolution's blocks or the filter gradient's,
-  whichever is larger (conv_1d_cf_shared_bytes and
-  conv_1d_cf_filter_shared_bytes)."""
-  span = -(-(_CONV_1D_CF_POSITIONS + (taps - 1) * dilation + 3) // 4) * 4
-  conv_stride = span + (8 - span % 16) % 16
-  filter_stride = span + 4 if span % 8 == 0 else span
-  return max((co * (taps * ci + 4) + 2 * ci * conv_stride) * 4,
-             2 * (co * (_CONV_1D_CF_POSITIONS + 4) + ci * filter_stride) * 4)
-
-
-def conv_1d_cf_applies(spec, dtype, c, o, device, *, in_w, out_w, op) -> bool:
-  """Whether the channels-first 1-D kernels (conv_1d_cf_applies in
-  lib/conv/conv1d/conv_1d_cf.cu) take op FORWARD, INPUT_GRADIENT or
-  FILTER_GRADIENT: float32 at DEFAULT precision, one spatial dimension,
-  stride 1, no lhs dilation, a call that would otherwise take im2col + GEMM
-  or the implicit GEMM; the channels per group of the image the op reads and
-  of the one it writes multiples of 16 up to _CONV_1D_CF_MAX_CHANNELS, the
-  rows it reads (x's, dy's, both for the filter gradient) in whole 16-byte
-  vectors, tiles within _CONV_1D_CF_SHARED_BYTES. c, o, in_w, out_w: the
-  forward's."""
-  w = spec.window
-  if (spec.channels_last or w.nd != 1 or np.dtype(dtype) != np.float32
-      or spec.precision != PRECISION_DEFAULT or w.stride != (1,) or w.lhs_dilation != (1,)
-      or w.is_identity or not device.ampere_or_newer or direct_applies(spec, c, o)
-      or max(in_w, out_w, abs(w.padding[0][0])) >= _CONV_1D_CF_MAX_WIDTH):
-    return False
-  cg, og = c // spec.groups, o // spec.groups
-  ci, co, image_w = {FORWARD: (cg, og, in_w), INPUT_GRADIENT: (og, cg, out_w),
-                     FILTER_GRADIENT: (cg, og, in_w)}[op]
-  if op == FILTER_GRADIENT and (out_w % 4 or spec.groups > MAX_GROUPS_IMPLICIT):
-    return False
-  if any(ch % 16 or not 0 < ch <= _CONV_1D_CF_MAX_CHANNELS for ch in (ci, co)) or image_w % 4:
-    return False
-  taps, dilation = w.kernel[0], w.rhs_dilation[0]
-  return ((taps - 1) * dilation <= _CONV_1D_CF_SHARED_BYTES
-          and _conv_1d_cf_shared(ci, co, taps, dilation) <= _CONV_1D_CF_SHARED_BYTES)
-
-
-# --- the direct kernels' filter gradient -------------------------------------
-
-def _depthwise_cl_tiles(spec, c, dtype) -> bool:
-  """Whether the channels-last depthwise filter gradient takes its tiles
-  (plan_depthwise_filter_tile in lib/conv/depthwise/depthwise_tile.cuh): 2-D,
-  no lhs dilation, channels in whole 16-byte vectors. The tiles must also fit
-  in 96 KB of shared memory, which only wide windows miss (with 64-byte
-  channel slices, a 3x3 window from dilation 8, or 5 at stride 2); those run
-  the per-position kernel on these coarser slices."""
-  w = spec.window
-  return w.nd == 2 and all(d == 1 for d in w.lhs_dilation) and _whole_vectors(c, dtype)
-
-
-def direct_filter_kind(spec, c, o, dtype) -> str:
-  """Which direct filter-gradient kernel runs (direct_filter.cu)."""
-  if _depthwise(spec, c, o) and not spec.channels_last:
-    return "depthwise_cf"
-  if _depthwise(spec, c, o) and _depthwise_cl_tiles(spec, c, dtype):
-    return "depthwise_cl"
-  return "grouped" if _grouped(spec, c, o) else "scalar"
 
 
 # --- im2col + GEMM ---------------------------------------------------------------
@@ -488,7 +178,7 @@ def _per_image_filter_applies(p: ConvProblem) -> bool:
   """Channels-first, a 1x1 window without stride, padding or dilation,
   float32 or half types (summed as float32)."""
   return (not p.spec.channels_last and p.spec.window.is_identity
-          and (_is_half(p.dtype) or np.dtype(p.dtype) == np.float32))
+          and (applicability.is_half(p.dtype) or np.dtype(p.dtype) == np.float32))
 
 
 def _per_image_filter_choice(p: ConvProblem) -> Choice:
@@ -518,8 +208,8 @@ def _gemm_channels_last_filter_applies(p: ConvProblem) -> bool:
   accumulation, windows that are not 1x1 (whose channels-first columns are
   plain copies of x's planes)."""
   return (not p.spec.channels_last and not p.spec.window.is_identity
-          and _whole_vectors(p.c, p.dtype)
-          and (_is_half(p.dtype) or np.dtype(p.dtype) == np.float32))
+          and applicability.whole_vectors(p.c, p.dtype)
+          and (applicability.is_half(p.dtype) or np.dtype(p.dtype) == np.float32))
 
 
 def _gemm_channels_last_filter_choice(p: ConvProblem) -> Optional[Choice]:
@@ -541,7 +231,7 @@ def _prefer_gemm_channels_last(p: ConvProblem) -> bool:
   """Where the channels-last copies pay: half types (float32 measured slower:
   cuBLAS's TF32 GEMM on the channels-last operands, 53 us against 31 for
   c512) and columns at least _FILTER_CL_COLUMNS_RATIO times x."""
-  return (_is_half(p.dtype) and p.spec.window.kernel_size * p.out_positions
+  return (applicability.is_half(p.dtype) and p.spec.window.kernel_size * p.out_positions
           >= _FILTER_CL_COLUMNS_RATIO * p.in_positions)
 
 
@@ -556,7 +246,7 @@ def _direct_choice(p: ConvProblem) -> Choice:
   spec = p.spec
   taps = p.cg * spec.window.kernel_size
   rows, slices = direct_filter_slices(p.n, p.out_spatial, p.o,
-                                      direct_filter_kind(spec, p.c, p.o, p.dtype), taps)
+                                      applicability.direct_filter_kind(spec, p.c, p.o, p.dtype), taps)
   acc = 8 if np.dtype(p.dtype) == np.float64 else 4
   return Choice("direct", why, p.n, rows, slices * p.o * taps * acc)
 
@@ -599,27 +289,27 @@ def _candidates(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
   spec, dtype, c, o = p.spec, p.dtype, p.c, p.o
   in_w, out_w = _widths(p)
   found: dict[str, Callable[[], Optional[Choice]]] = {}
-  if conv_1d_cf_applies(spec, dtype, c, o, device, in_w=in_w, out_w=out_w, op=p.op):
+  if applicability.conv_1d_cf_applies(spec, dtype, c, o, device, in_w=in_w, out_w=out_w, op=p.op):
     found["conv1d_cf"] = lambda: _conv1d_choice(p, device)
   if depthwise_applies(op=p.op, nd=spec.window.nd, channels_last=spec.channels_last, dtype=dtype,
                        groups=spec.groups, c=c, o=o, lhs_dilation=spec.window.lhs_dilation):
     found["depthwise"] = lambda: _depthwise_choice(p)
   if p.op in (FORWARD, INPUT_GRADIENT):
     grad = p.op == INPUT_GRADIENT
-    extent = implicit_pass_extent(spec, p.in_spatial if grad else p.out_spatial,
+    extent = applicability.implicit_pass_extent(spec, p.in_spatial if grad else p.out_spatial,
                                   input_gradient=grad)
-    pack = packed_factor(spec, dtype, c, o, device, input_gradient=grad)
+    pack = applicability.packed_factor(spec, dtype, c, o, device, input_gradient=grad)
     if pack:
       found["implicit_packed"] = lambda: _implicit_choice(p, device, pack=pack, extent=extent,
                                                           input_gradient=grad)
-    elif use_implicit(spec, dtype, c, o, extent[0], device, input_gradient=grad, images=p.n):
+    elif applicability.use_implicit(spec, dtype, c, o, extent[0], device, input_gradient=grad, images=p.n):
       found["implicit"] = lambda: _implicit_choice(p, device, pack=1, extent=extent,
                                                    input_gradient=grad)
-    if direct_applies(spec, c, o):
+    if applicability.direct_applies(spec, c, o):
       found["direct"] = lambda: _direct_choice(p)
     if grad:
       found["gemm"] = lambda: _gemm_choice(
-          p, columns_item=0 if spec.window.is_identity else (4 if _is_half(dtype) else p.item),
+          p, columns_item=0 if spec.window.is_identity else (4 if applicability.is_half(dtype) else p.item),
           transposed_dy=False, accumulator=False, why="GEMM into columns, then fold (col2im)")
     else:
       found["gemm"] = lambda: _gemm_choice(
@@ -627,12 +317,12 @@ def _candidates(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
           accumulator=False)
     return found
   positions = p.out_positions
-  pack = packed_filter_factor(spec, dtype, c, o, device, positions=positions, images=p.n)
+  pack = applicability.packed_filter_factor(spec, dtype, c, o, device, positions=positions, images=p.n)
   if pack:
     found["implicit_packed"] = lambda: _implicit_filter_choice(p, device, pack)
-  if direct_applies(spec, c, o):
+  if applicability.direct_applies(spec, c, o):
     found["direct"] = lambda: _direct_choice(p)
-  if use_implicit_filter(spec, dtype, c, o, device, positions=positions, images=p.n):
+  if applicability.use_implicit_filter(spec, dtype, c, o, device, positions=positions, images=p.n):
     found["implicit"] = lambda: _implicit_filter_choice(p, device)
   if _per_image_filter_applies(p) and positions >= _PER_IMAGE_MIN_POSITIONS:
     found["gemm_per_image"] = lambda: _per_image_filter_choice(p)
@@ -641,7 +331,7 @@ def _candidates(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
   no_columns = spec.window.is_identity and spec.channels_last
   found["gemm"] = lambda: _gemm_choice(p, columns_item=0 if no_columns else p.item,
                                        transposed_dy=not spec.channels_last,
-                                       accumulator=_is_half(dtype))
+                                       accumulator=applicability.is_half(dtype))
   return found
 
 
@@ -652,13 +342,13 @@ def _applicable(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
   found = dict(_candidates(p, device))
   if p.op in (FORWARD, INPUT_GRADIENT):
     grad = p.op == INPUT_GRADIENT
-    extent = implicit_pass_extent(spec, p.in_spatial if grad else p.out_spatial,
+    extent = applicability.implicit_pass_extent(spec, p.in_spatial if grad else p.out_spatial,
                                   input_gradient=grad)
-    if "implicit" not in found and implicit_applies(spec, dtype, c, o, device, input_gradient=grad):
+    if "implicit" not in found and applicability.implicit_applies(spec, dtype, c, o, device, input_gradient=grad):
       found["implicit"] = lambda: _implicit_choice(p, device, pack=1, extent=extent,
                                                    input_gradient=grad)
     return found
-  if "implicit" not in found and implicit_filter_applies(spec, dtype, c, o, device,
+  if "implicit" not in found and applicability.implicit_filter_applies(spec, dtype, c, o, device,
                                                          positions=p.out_positions, images=p.n):
     found["implicit"] = lambda: _implicit_filter_choice(p, device)
   if "gemm_per_image" not in found and _per_image_filter_applies(p):
