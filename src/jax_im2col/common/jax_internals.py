@@ -121,23 +121,14 @@ def pvary(x, axes):
   return jax.lax.pcast(x, tuple(axes), to="varying")
 
 
-def mesh_axes_of(sharding, mesh, ndim: int):
-  """A sharding as one tuple of mesh axis names per dimension, or None where
-  it is no tiling by whole axes of `mesh` (read it as replicated)."""
+def partition_spec_of(sharding, mesh, ndim: int):
+  """The PartitionSpec over `mesh` of an HLO-level sharding, or None where it
+  is no tiling by whole axes of `mesh` (read it as replicated)."""
   try:
     hlo = sharding._to_xla_hlo_sharding(ndim)
     if hlo.is_replicated():
-      return ((),) * ndim
+      return PartitionSpec()
     (spec,) = _sharding_impls.parse_flatten_op_sharding(hlo, mesh)
   except Exception:  # noqa: BLE001 - any sharding it cannot read is replicated
     return None
-  entries = tuple(spec) + (None,) * (ndim - len(spec))
-  out = []
-  for e in entries[:ndim]:
-    if e is None:
-      out.append(())
-    elif isinstance(e, str):
-      out.append((e,))
-    else:
-      out.append(tuple(e))
-  return tuple(out)
+  return spec

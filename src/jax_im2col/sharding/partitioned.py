@@ -53,11 +53,13 @@ def spec_of(sharding, ndim: int, mesh=None) -> Spec:
   """A sharding as one tuple of mesh axis names per dimension. One that is
   no tiling by whole axes of the mesh reads as replicated: asking for
   replicated operands is always correct."""
-  if not isinstance(sharding, NamedSharding):
-    if mesh is None or sharding is None:
-      return ((),) * ndim
-    return jax_internals.mesh_axes_of(sharding, mesh, ndim) or ((),) * ndim
-  entries = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
+  if isinstance(sharding, NamedSharding):
+    entries = tuple(sharding.spec)
+  elif mesh is None or sharding is None:
+    entries = ()
+  else:
+    entries = tuple(jax_internals.partition_spec_of(sharding, mesh, ndim) or ())
+  entries += (None,) * (ndim - len(entries))
   out = []
   for e in entries[:ndim]:
     if e is None or e is PartitionSpec.UNCONSTRAINED:
