@@ -128,6 +128,9 @@ def test_command_line_writes_reports(tmp_path):
   for mode in ("train", "infer"):
     assert run[mode]["timing"]["xla_ms"] > 0 and run[mode]["timing"]["ours_ms"] > 0
   assert run["train"]["gradients"]["agrees"]
+  # float32 on the CPU: DEFAULT is full precision, so both sit on the HIGHEST-precision gradients.
+  assert run["train"]["gradients"]["ours_vs_highest"] < 1e-4
+  assert run["train"]["gradients"]["xla_vs_highest"] < 1e-4
   assert run["train"]["loss"]["rel"][0] < 1e-5
   assert run["train"]["memory"]["ours"]["peak"] > 0
   assert written["environment"]["platform"] == "cpu"

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from jax import lax
 from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule
 
 from ..conv.primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_p,
                                conv_backward_filter_p, conv_forward_p)
+from .all_reduce import all_reduce_sum
 from .halo import exchange, plan_halo
 from .partitioned import Call, Plan, Shape, axes_size
 
@@ -197,7 +197,7 @@ class ConvRules:
         ops[halo_index] = exchange(ops[halo_index], lay.spatial(i), axes, parts, halo)
       out = inner.bind(*ops, spec=local, **extra)
       if summed:
-        out = lax.psum(out, summed)
+        out = all_reduce_sum(out, summed)
       return out
 
     return Plan(in_specs, out_spec, per_shard)
