@@ -30,10 +30,13 @@ def plan(x, w, strides=(1, 1), padding="SAME", groups=1, dn=NHWC, setting="auto"
 def test_auto_routes_by_class(dtype):
   """Each class of the rules, as explain() reports it for a CUDA GPU."""
   f = lambda *s: S(s, dtype)
-  # ResNet's 1x1: XLA for every op; a 3x3 at stride 1: own forward only.
+  # ResNet's 1x1: XLA for every op; a 3x3 at stride 1: the project's forward
+  # in bfloat16 only (float32 models keep XLA's convolutions in NCHW).
   assert plan(f(64, 56, 56, 256), f(1, 1, 256, 64)) == ("xla",) * 3
   fwd, dx, dw = plan(f(64, 28, 28, 128), f(3, 3, 128, 128))
-  assert fwd not in ("xla",) and (dx, dw) == ("xla", "xla")
+  assert (fwd == "xla") == (dtype == jnp.float32) and (dx, dw) == ("xla", "xla")
+  # ConvNeXt's 2x2 stride 2 downsampling (a reshape and a GEMM): the project's forward.
+  assert plan(f(32, 56, 56, 96), f(2, 2, 96, 192), (2, 2), "VALID")[0] != "xla"
   # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op.
   assert plan(f(32, 56, 56, 96), f(7, 7, 1, 96), groups=96) == ("depthwise",) * 3
   # MobileNetV2's 3x3 depthwise: the forward on XLA in float32, the project's
@@ -47,6 +50,9 @@ def test_auto_routes_by_class(dtype):
   # ResNet-50's 7x7 stride 2 filter gradient on XLA's.
   assert "xla" not in plan(f(32, 224, 224, 3), f(4, 4, 3, 96), (4, 4), "VALID")
   assert plan(f(64, 224, 224, 3), f(7, 7, 3, 64), (2, 2))[2] == "xla"
+  # MobileNetV2's 3x3 stride 2 stem: its float32 forward on XLA's, bfloat16 on the project's.
+  stem = plan(f(64, 224, 224, 3), f(3, 3, 3, 32), (2, 2))
+  assert (stem[0] == "xla") == (dtype == jnp.float32) and stem[1] != "xla"
   # Where XLA is weak: dilated (WaveNet), 3-D (U-Net), grouped, channels-first.
   assert "xla" not in plan(f(8, 16000, 128), f(2, 128, 256), (1,), ((512, 0),),
                            dn=("NWC", "WIO", "NWC"), rhs_dilation=(512,))

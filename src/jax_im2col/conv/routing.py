@@ -32,6 +32,12 @@ def _half(p) -> bool:
   return np.dtype(p.dtype).itemsize == 2
 
 
+def _patchify(w) -> bool:
+  """Non-overlapping windows (window = stride, no padding): a reshape and one GEMM."""
+  return (tuple(w.kernel) == tuple(w.stride) and w.kernel_size > 1
+          and all(lo == 0 and hi == 0 for lo, hi in w.padding))
+
+
 def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   """Why XLA's convolution should run op p instead of `own_algorithm`, or
   None where the project's kernel is the one to run."""
@@ -61,16 +67,19 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   if p.c <= _STEM_CHANNELS:
     if op == "input_gradient":
       return None  # 0.55-0.84 (unused in training: the stem's input is data)
-    if op == "forward" and (taps <= 16 or _half(p)):
-      return None  # 4x4 0.73-0.78; 7x7 bf16 0.76; 3x3 bf16 0.98
-    if op == "filter_gradient" and tuple(w.kernel) == tuple(w.stride):
+    if op == "forward" and (_half(p) or _patchify(w)):
+      return None  # 4x4 stride 4: 0.73-0.78; 7x7 bf16 0.76; 3x3 bf16 0.98
+    if op == "filter_gradient" and _patchify(w):
       return None  # a patchify stem (stride = window, 4x4): 0.65-0.73
-    return ("the stem's filter gradient, or a float32 stem of a wide window: own / XLA "
-            "1.02-1.35 (ResNet-50's 7x7, MobileNetV2's 3x3)")
+    return ("the stem's filter gradient, or a float32 stem with overlapping windows: own / "
+            "XLA 1.02-1.62 (ResNet-50's 7x7 stride 2, MobileNetV2's 3x3 stride 2)")
   if op == "forward":
-    if strided and not _half(p) and taps > 4:
-      return "a strided float32 3x3 forward: own / XLA 1.20 (ResNet-50)"
-    return None  # 3x3: 0.88 (f32), 0.96 (bf16); 2x2 stride 2: 0.85, 0.90
+    if _half(p) or _patchify(w):
+      return None  # bf16 3x3: 0.96; 2x2 stride 2: 0.85 (f32), 0.90 (bf16)
+    return ("a float32 dense forward: XLA keeps a float32 model's convolutions in NCHW, so "
+            "a channels-last custom call among them costs a transpose each way. Alone own / XLA "
+            "0.79-1.29 over ResNet-50's 3x3 layers, but ResNet-50's float32 inference took 1.03x "
+            "XLA's time with its 3x3 forwards on the project's kernels, 1.00x on XLA's")
   if op == "input_gradient":
     if strided:
       return None  # 3x3 stride 2 f32 0.87, 2x2 stride 2 0.88-0.97
