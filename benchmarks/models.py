@@ -6,6 +6,7 @@ convolution inside flax models, trained and evaluated as users run them.
         [--models resnet50,mobilenetv2,convnext_t,unet3d,wavenet] [--dtypes f32,bf16]
         [--modes train,infer] [--per-layer] [--preset full|small|tiny]
         [--steps N] [--repeats R] [--f64-check auto|on|off]
+    python benchmarks/models.py --out DIR --join A/models.json B/models.json[:model,model] ...
 
 Each model (benchmarks/model_zoo) is built twice, with `nn.Conv(...,
 conv_general_dilated=CONV)` for CONV = jax.lax.conv_general_dilated and
@@ -29,6 +30,8 @@ Writes DIR/models.json (every number and the environment; rewritten after
 each model, so an interrupted run keeps what it measured), DIR/models.md
 (markdown tables for BENCHMARKS.md) and DIR/models.png (ours / XLA bars;
 skipped without matplotlib). A model's failure is recorded and the run goes on.
+--join writes the same three files from earlier runs' models.json (per model
+and dtype the latest run; model_bench/join.py) and measures nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import sys
 import time
 
 from model_bench.environment import environment
+from model_bench.join import join, load
 from model_bench.plot import plot
 from model_bench.report import markdown
 from model_bench.run import MODES, run_model
@@ -72,6 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   ap.add_argument("--f64-check", choices=("auto", "on", "off"), default="auto",
                   help="float64 loss and gradient check (auto: on the CPU)")
   ap.add_argument("--out", type=pathlib.Path, required=True)
+  ap.add_argument("--join", nargs="+", metavar="MODELS_JSON[:model,...]",
+                  help="join earlier runs into one report instead of measuring")
   args = ap.parse_args(argv)
   steps, repeats = LOOPS[args.preset]
   args.steps = args.steps or steps
@@ -93,6 +99,11 @@ def main(argv=None) -> dict:
     print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
 
   args.out.mkdir(parents=True, exist_ok=True)
+  if args.join:
+    results = join([load(a) for a in args.join], order=list(MODELS))
+    write(results, args.out)
+    plot(results, args.out / "models.png")
+    return results
   env = environment()
   f64_check = args.f64_check == "on" or (args.f64_check == "auto" and env["platform"] == "cpu")
   config = {k: v for k, v in vars(args).items() if k != "out"}

@@ -23,6 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks
 import models  # noqa: E402  (benchmarks/models.py, by path)
 from model_bench import agreement, per_layer  # noqa: E402
 from model_bench.problem import IMPLS, init_variables  # noqa: E402
+from model_bench.join import join  # noqa: E402
 from model_bench.steps import loss_and_grad  # noqa: E402
 from model_zoo import MODELS  # noqa: E402
 from model_zoo.layers import LaxConv  # noqa: E402
@@ -137,3 +138,21 @@ def test_command_line_writes_reports(tmp_path):
   md = (tmp_path / "models.md").read_text()
   assert "| WaveNet (gated, causal dilated 1-D) | 2, 16x1 | f32 |" in md
   assert "### Errors" not in md
+
+
+def test_join_keeps_the_latest_run_of_each_model_and_dtype():
+  def part(date, commit, runs):
+    env = {"date": date, "git_commit": commit, "git_dirty": False}
+    return {"environment": env, "config": {"steps": 10, "repeats": 5},
+            "models": [{"model": name, "runs": {d: {"tag": commit} for d in dtypes}, "errors": {}}
+                       for name, dtypes in runs.items()]}
+
+  early = part("2026-01-01T00:00:00", "aaa", {"resnet50": ["f32", "bf16"], "wavenet": ["f32"]})
+  late = part("2026-01-02T00:00:00", "bbb", {"resnet50": ["f32"]})
+  joined = join([late, early], order=["wavenet", "resnet50"])
+  assert [m["model"] for m in joined["models"]] == ["wavenet", "resnet50"]
+  runs = joined["models"][1]["runs"]
+  assert list(runs) == ["f32", "bf16"]
+  assert runs["f32"]["tag"] == "bbb" and runs["bf16"]["tag"] == "aaa"
+  assert [s["commit"] for s in joined["sources"]] == ["aaa", "bbb"]
+  assert joined["environment"]["git_commit"] == "bbb"

@@ -44,6 +44,15 @@ def _shape(shape) -> str:
 def _header(results: dict) -> list[str]:
   env, cfg = results["environment"], results["config"]
   v = env["versions"]
+  if "sources" in results:  # joined runs (model_bench/join.py)
+    return [f"Device: {env['device_kind']} ({env['platform']}); jax {v['jax']}, jaxlib {v['jaxlib']}, "
+            f"flax {v['flax']}. Runs joined, the latest of each model and dtype kept:", "",
+            *(f"- commit {(s['commit'] or 'unknown')[:10]}{'+changes' if s['dirty'] else ''}, "
+              f"{s['date']}, {s['steps']} calls x {s['repeats']} repeats: {', '.join(s['runs'])}"
+              for s in results["sources"]), "",
+            f"Preset `{cfg['preset']}`; wall clock of a loop of N calls, median of the repeats "
+            "after a warm-up loop, ours and XLA interleaved; ms per call. Ratio: ours / XLA "
+            "(below 1: ours faster).", ""]
   commit = (env["git_commit"] or "unknown")[:10] + ("+changes" if env["git_dirty"] else "")
   return [f"Device: {env['device_kind']} ({env['platform']}); jax {v['jax']}, jaxlib {v['jaxlib']}, "
           f"flax {v['flax']}; commit {commit}; {env['date']}.",
