@@ -131,3 +131,26 @@ def test_routes_agree_with_lax(platform, setting, case):
                                                          **k))
   for a, b in zip(got, want):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
+
+
+def test_routing_replay_reads_measurements_under_the_rules():
+  """benchmarks/routing_replay.py: an op the rules give to XLA is expected at
+  XLA's time, one they leave on the project's kernels at its measured ratio."""
+  import pathlib
+  import sys
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+  from routing_replay import replay
+
+  def row(w, op, ratio, stride=1):
+    call = {"lhs_shape": [8, 14, 14, 64], "rhs_shape": w, "dtype": "float32",
+            "window_strides": [stride, stride], "padding": "SAME", "lhs_dilation": [1, 1],
+            "rhs_dilation": [1, 1], "dimension_numbers": [[0, 3, 1, 2], [3, 2, 0, 1], [0, 3, 1, 2]],
+            "feature_group_count": 1, "batch_group_count": 1}
+    return {"call": call, "op": op, "ratio": ratio}
+
+  one_by_one, unit_stride_dgrad, strided_dgrad = replay([
+      row([1, 1, 64, 64], "fwd", 1.4), row([3, 3, 64, 64], "dgrad", 1.2),
+      row([3, 3, 64, 64], "dgrad", 0.9, stride=2)])
+  assert (one_by_one["chosen"], one_by_one["expected"]) == ("xla", 1.0)
+  assert (unit_stride_dgrad["chosen"], unit_stride_dgrad["expected"]) == ("xla", 1.0)
+  assert strided_dgrad["chosen"] != "xla" and strided_dgrad["expected"] == 0.9
