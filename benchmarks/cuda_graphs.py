@@ -24,28 +24,16 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import jax_im2col
 from model_bench.environment import environment
 from model_bench.problem import IMPLS
-from model_bench.steps import OPTIMIZER, init_train_state, loss_and_grad
+from model_bench.steps import init_train_state, step_function
 from model_zoo import MODELS
 
 GRAPHS = {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL",
           "xla_gpu_graph_min_graph_size": 1}
 NO_GRAPHS = {"xla_gpu_enable_command_buffer": ""}
-
-
-def _step(module):
-  grad = loss_and_grad(module)
-
-  def step(train_state, x, labels):
-    params, state, opt_state = train_state
-    (loss, state), grads = grad(params, state, x, labels)
-    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), state, opt_state), loss
-  return step
 
 
 def ms_per_step(compiled, train_state, x, labels, steps, repeats):
@@ -87,7 +75,7 @@ def main(argv=None) -> int:
     row = {"model": name, "batch": args.batch, "dtype": args.dtype}
     with jax_im2col.force_algorithm("own"):
       for impl in ("xla", "ours"):
-        step = jax.jit(_step(spec.build(args.preset, IMPLS[impl], dtype)), donate_argnums=0)
+        step = jax.jit(step_function(spec.build(args.preset, IMPLS[impl], dtype)), donate_argnums=0)
         for label, options in (("graphs", GRAPHS), ("no_graphs", NO_GRAPHS)):
           state = init_train_state(variables["params"],
                                    {k: v for k, v in variables.items() if k != "params"})

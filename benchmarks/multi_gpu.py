@@ -47,12 +47,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_im2col
 from model_bench.problem import IMPLS
-from model_bench.steps import OPTIMIZER, loss_and_grad
+from model_bench.steps import OPTIMIZER, step_function
 from model_zoo import MODELS
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -73,19 +72,6 @@ def _batch(spec, preset: str, n: int, seed: int = 0):
   return x, rng.integers(0, p.num_classes, shape, np.int32)
 
 
-def make_step(module):
-  """(train state, x, labels) -> (new train state, loss), unjitted: the caller
-  jits it with the mesh's shardings."""
-  grad = loss_and_grad(module)
-
-  def step(train_state, x, labels):
-    params, state, opt_state = train_state
-    (loss, state), grads = grad(params, state, x, labels)
-    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), state, opt_state), loss
-  return step
-
-
 def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype, variables,
             steps: int, repeats: int):
   """One model on `devices`, data parallel: ms per step, compile seconds,
@@ -99,7 +85,7 @@ def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype,
   params = variables["params"]
   state = {k: v for k, v in variables.items() if k != "params"}
   train_state = jax.device_put((params, state, OPTIMIZER.init(params)), replicated)
-  step = jax.jit(make_step(module), donate_argnums=0,
+  step = jax.jit(step_function(module), donate_argnums=0,
                  out_shardings=(replicated, replicated))
   t0 = time.perf_counter()
   compiled = step.lower(train_state, x, labels).compile()

@@ -44,10 +44,9 @@ def init_train_state(params, state):
   return params, state, OPTIMIZER.init(params)
 
 
-def train_step(module: nn.Module):
-  """The jitted step (train state, x, labels) -> (new train state, loss):
-  value_and_grad of the loss, then an SGD-with-momentum update; the train
-  state is donated."""
+def step_function(module: nn.Module):
+  """The train step (train state, x, labels) -> (new train state, loss),
+  unjitted: value_and_grad of the loss, then an SGD-with-momentum update."""
   grad = loss_and_grad(module)
 
   def step(train_state, x, labels):
@@ -55,7 +54,12 @@ def train_step(module: nn.Module):
     (loss, state), grads = grad(params, state, x, labels)
     updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), state, opt_state), loss
-  return jax.jit(step, donate_argnums=0)
+  return step
+
+
+def train_step(module: nn.Module):
+  """step_function jitted, the train state donated."""
+  return jax.jit(step_function(module), donate_argnums=0)
 
 
 def infer_step(module: nn.Module):
