@@ -19,7 +19,6 @@ import json
 import pathlib
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +28,7 @@ import jax_im2col
 from model_bench.environment import environment
 from model_bench.problem import IMPLS
 from model_bench.steps import init_train_state, step_function
+from model_bench.timing import interleaved, train_loop
 from model_zoo import MODELS
 
 GRAPHS = {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL",
@@ -37,17 +37,8 @@ NO_GRAPHS = {"xla_gpu_enable_command_buffer": ""}
 
 
 def ms_per_step(compiled, train_state, x, labels, steps, repeats):
-  for _ in range(steps):
-    train_state, loss = compiled(train_state, x, labels)
-  jax.block_until_ready(loss)
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(steps):
-      train_state, loss = compiled(train_state, x, labels)
-    jax.block_until_ready(loss)
-    times.append((time.perf_counter() - start) * 1e3 / steps)
-  return statistics.median(times)
+  times = interleaved({"step": train_loop(compiled, train_state, x, labels)}, steps, repeats)
+  return statistics.median(times["step"])
 
 
 def main(argv=None) -> int:
@@ -63,6 +54,7 @@ def main(argv=None) -> int:
   args.out.mkdir(parents=True, exist_ok=True)
   dtype = jnp.bfloat16 if args.dtype == "bf16" else None
   rows = []
+  env = environment()
   for name in args.models.split(","):
     spec = MODELS[name]
     p = spec.presets[args.preset]
@@ -87,8 +79,8 @@ def main(argv=None) -> int:
     row["ours_over_xla_graphs"] = row["ours_graphs_ms"] / row["xla_graphs_ms"]
     rows.append(row)
     print(json.dumps(row), flush=True)
-  (args.out / "cuda_graphs.json").write_text(
-      json.dumps({"environment": environment(), "rows": rows}, indent=1))
+    (args.out / "cuda_graphs.json").write_text(  # after each model: a cut-off run keeps its rows
+        json.dumps({"environment": env, "rows": rows}, indent=1))
   print("| model | ours ms graphs / none | XLA ms graphs / none | ours / XLA (graphs) |")
   print("|---|---|---|---|")
   for r in rows:

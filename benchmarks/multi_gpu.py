@@ -52,6 +52,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_im2col
 from model_bench.problem import IMPLS
 from model_bench.steps import OPTIMIZER, step_function
+from model_bench.timing import interleaved, train_loop
 from model_zoo import MODELS
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
@@ -93,21 +94,12 @@ def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype,
   counts = collectives(compiled.as_text())
   train_state, loss = compiled(train_state, x, labels)
   first_loss = float(loss)
-  for _ in range(steps):  # warm-up loop
-    train_state, loss = compiled(train_state, x, labels)
-  jax.block_until_ready(loss)
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    for _ in range(steps):
-      train_state, loss = compiled(train_state, x, labels)
-    jax.block_until_ready(loss)
-    times.append((time.perf_counter() - t0) / steps)
-  ms = 1e3 * statistics.median(times)
+  times = interleaved({"step": train_loop(compiled, train_state, x, labels)}, steps, repeats)["step"]
+  ms = statistics.median(times)
   return dict(model=spec.name, impl=impl, devices=n, global_batch=per_device_batch * n,
               ms_per_step=ms, examples_per_s=per_device_batch * n / (ms / 1e3),
               compile_s=compile_s, collectives=counts, first_loss=first_loss,
-              ms_repeats=[1e3 * t for t in times])
+              ms_repeats=times)
 
 
 def environment() -> dict:
