@@ -172,11 +172,25 @@ bool check(const std::vector<TY>& got, const std::vector<double>& want, const ch
   return false;
 }
 
+// Channels of a random case: a few, or a multiple of 8 plus a remainder.
+int64_t draw_channels() { return draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5); }
+
+// f(c, l, s, k) for every channel c, output position l in [l0, l1) and tap k that reads input position s.
+template <typename F>
+void for_each_tap(const Geometry& g, int64_t C, int64_t l0, int64_t l1, F&& f) {
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t l = l0; l < l1; ++l)
+      for (int64_t k = 0; k < g.kernel_size; ++k) {
+        const int64_t s = source(g, l, k);
+        if (s >= 0) f(c, l, s, k);
+      }
+}
+
 template <bool CL, typename T, typename TY>
 bool forward_case(int nd) {
   const Geometry g = random_geometry(nd);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t N = draw(1, 2), C = draw_channels();
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto x = random_values<T>(N * C * g.in_size);
@@ -184,14 +198,9 @@ bool forward_case(int nd) {
   std::vector<TY> y(N * C * g.out_size, from_float<TY>(777.0f));
   std::vector<double> want(y.size(), 0.0);
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t l = 0; l < g.out_size; ++l)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t s = source(g, l, k);
-          if (s >= 0)
-            want[at(CL, n, l, c, C, g.out_size)] +=
-                to_double(x[at(CL, n, s, c, C, g.in_size)]) * to_double(w[c * K + k]);
-        }
+    for_each_tap(g, C, 0, g.out_size, [&](int64_t c, int64_t l, int64_t s, int64_t k) {
+      want[at(CL, n, l, c, C, g.out_size)] += to_double(x[at(CL, n, s, c, C, g.in_size)]) * to_double(w[c * K + k]);
+    });
   DwPhases p;
   p.count = 1;
   p.g[0] = dw_lift(g);
@@ -204,7 +213,7 @@ template <bool CL, typename T>
 bool backward_case(int nd) {
   const Geometry g = random_geometry(nd);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t N = draw(1, 2), C = draw_channels();
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto dy = random_values<T>(N * C * g.out_size);
@@ -212,14 +221,9 @@ bool backward_case(int nd) {
   std::vector<T> dx(N * C * g.in_size, from_float<T>(777.0f));
   std::vector<double> want(dx.size(), 0.0);
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t l = 0; l < g.out_size; ++l)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t s = source(g, l, k);
-          if (s >= 0)
-            want[at(CL, n, s, c, C, g.in_size)] +=
-                to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(w[c * K + k]);
-        }
+    for_each_tap(g, C, 0, g.out_size, [&](int64_t c, int64_t l, int64_t s, int64_t k) {
+      want[at(CL, n, s, c, C, g.in_size)] += to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(w[c * K + k]);
+    });
   const int64_t phases = gradient_phase_count(g);
   for (int64_t i0 = 0; i0 < phases; i0 += kDwMaxPhases) {
     DwPhases p;
@@ -260,7 +264,7 @@ bool filter_case(int nd) {
   using A = typename Acc<T>::type;
   const Geometry g = random_geometry(nd);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+  const int64_t N = draw(1, 2), C = draw_channels();
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto x = random_values<T>(N * C * g.in_size);
@@ -323,14 +327,10 @@ bool filter_case(int nd) {
   for (int64_t slice = 0; slice < f.count; ++slice) {
     const int64_t n = slice / f.per_image, part = slice % f.per_image;
     const int64_t l0 = part * f.rows * rest, l1 = std::min(g.out[0], (part + 1) * f.rows) * rest;
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t l = l0; l < l1; ++l)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t s = source(g, l, k);
-          if (s >= 0)
-            want[(slice * K + k) * C + c] +=
-                to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(x[at(CL, n, s, c, C, g.in_size)]);
-        }
+    for_each_tap(g, C, l0, l1, [&](int64_t c, int64_t l, int64_t s, int64_t k) {
+      want[(slice * K + k) * C + c] +=
+          to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(x[at(CL, n, s, c, C, g.in_size)]);
+    });
   }
   ++ran_filter;
   if (!check(partials, want, "filter partial sums", g, N, C, CL, sizeof(T), o)) {
