@@ -7,7 +7,9 @@ mesh of the visible GPUs, with the project's kernels ("own").
     python benchmarks/gpu_sharding_check.py      (2 or more GPUs; prints one line a case)
 
 Splits the GPUs over the "data" axis for the batch and spatial cases and
-over the "model" axis for the feature cases. Exits non-zero if any fails.
+over the "model" axis for the feature cases; on 4 or more GPUs (an even
+number), also runs the two-axis cases on a 2 x n/2 (data x model) mesh.
+Exits non-zero if any fails.
 """
 
 from __future__ import annotations
@@ -41,19 +43,25 @@ def main() -> int:
           ("depthwise_batch", by_data), ("spatial", by_model), ("spatial_stride_2", by_model),
           ("transposed_spatial", by_data), ("transposed_k2_spatial", by_model),
           ("conv3d_batch", by_data), ("batch_groups", by_data)]
+  if n >= 4 and n % 2 == 0:  # data x model: each case's axes split two ways at once
+    grid = jax.make_mesh((2, n // 2), ("data", "model"), axis_types=auto, devices=devices)
+    plan += [(name, grid) for name in ("batch_2d_mesh", "batch_and_output_features",
+                                       "batch_and_input_features", "batch_and_spatial",
+                                       "depthwise_batch", "groups")]
   failed = 0
   for algorithm in ("own", "auto"):
     with jax_im2col.force_algorithm(algorithm):
       for name, mesh in plan if algorithm == "own" else plan[:2]:
+        shape = "x".join(str(v) for v in mesh.shape.values())
         for layout in ("cl", "cf"):
           try:
             counts = S.compare(cases[name], layout, ops=("forward", "input_gradient",
                                                          "filter_gradient"), mesh=mesh)
             short = {op: {k: v for k, v in c.items() if v} for op, c in counts.items()}
-            print(f"ok   {algorithm:4s} {name:28s} {layout} {short}", flush=True)
+            print(f"ok   {algorithm:4s} {name:28s} {shape:4s} {layout} {short}", flush=True)
           except Exception:  # noqa: BLE001 - report every case
             failed += 1
-            print(f"FAIL {algorithm:4s} {name:28s} {layout}\n{traceback.format_exc()[-3000:]}",
+            print(f"FAIL {algorithm:4s} {name:28s} {shape:4s} {layout}\n{traceback.format_exc()[-3000:]}",
                   flush=True)
   print(f"{failed} failed")
   return 1 if failed else 0

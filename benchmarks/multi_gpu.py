@@ -20,8 +20,12 @@ and BatchNorm's batch statistics are its only communication.
 
 Per model, device count and implementation: ms per step (the wall clock of a
 loop of N steps, blocking at the end, per step; median of R repeats after a
-warm-up), images (or volumes) per second, weak-scaling efficiency t(1) / t(n)
-(1.0: n devices take one device's time for n times the work), the compile
+warm-up; the implementations' loops interleaved at each device count, so
+that their ratio sees the same drift), the spread of the repeats ((max -
+min) / median), images (or volumes) per second, weak-scaling efficiency
+t(1) / t(n) (1.0: n devices take one device's time for n times the work),
+the milliseconds added to one device's step t(n) - t(1) (communication and
+synchronisation: equal collectives should add equal time), the compile
 time, and the collectives in the compiled step by kind (counted in
 ``jax.jit(step).lower(...).compile().as_text()``, async "-start" forms
 included), and the first step's loss of ours against XLA's.
@@ -73,10 +77,10 @@ def _batch(spec, preset: str, n: int, seed: int = 0):
   return x, rng.integers(0, p.num_classes, shape, np.int32)
 
 
-def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype, variables,
-            steps: int, repeats: int):
-  """One model on `devices`, data parallel: ms per step, compile seconds,
-  collectives and the first step's loss."""
+def prepare(spec, preset: str, per_device_batch: int, devices, impl: str, dtype, variables):
+  """One model's compiled data-parallel step on `devices`: its runner (a
+  training loop), and the row's compile seconds, collectives and first
+  step's loss."""
   n = len(devices)
   mesh = Mesh(np.array(devices), ("data",))
   replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
@@ -93,13 +97,33 @@ def measure(spec, preset: str, per_device_batch: int, devices, impl: str, dtype,
   compile_s = time.perf_counter() - t0
   counts = collectives(compiled.as_text())
   train_state, loss = compiled(train_state, x, labels)
-  first_loss = float(loss)
-  times = interleaved({"step": train_loop(compiled, train_state, x, labels)}, steps, repeats)["step"]
-  ms = statistics.median(times)
-  return dict(model=spec.name, impl=impl, devices=n, global_batch=per_device_batch * n,
-              ms_per_step=ms, examples_per_s=per_device_batch * n / (ms / 1e3),
-              compile_s=compile_s, collectives=counts, first_loss=first_loss,
-              ms_repeats=times)
+  row = dict(model=spec.name, impl=impl, devices=n, global_batch=per_device_batch * n,
+             compile_s=compile_s, collectives=counts, first_loss=float(loss))
+  return row, train_loop(compiled, train_state, x, labels)
+
+
+def measure(spec, preset: str, per_device_batch: int, devices, impls, dtype, variables,
+            steps: int, repeats: int) -> list[dict]:
+  """Every implementation on `devices`, timed interleaved (A B A B ...) so
+  that the ratio at each device count sees the same drift: ms per step
+  (median of the repeats) and examples per second."""
+  rows, runners = [], {}
+  for impl in impls:
+    try:
+      row, runners[impl] = prepare(spec, preset, per_device_batch, devices, impl, dtype,
+                                   variables)
+    except Exception as e:  # noqa: BLE001 - record it, measure the rest
+      row = dict(model=spec.name, impl=impl, devices=len(devices),
+                 error=f"{type(e).__name__}: {e}")
+    rows.append(row)
+  times = interleaved(runners, steps, repeats) if runners else {}
+  for row in rows:
+    if row["impl"] in times:
+      t = times[row["impl"]]
+      row.update(ms_per_step=statistics.median(t), ms_repeats=t,
+                 examples_per_s=row["global_batch"] / (statistics.median(t) / 1e3))
+  del runners
+  return rows
 
 
 def environment() -> dict:
@@ -125,25 +149,29 @@ def efficiency(rows):
     b = base.get((r["model"], r["impl"]))
     if b and "ms_per_step" in r:
       r["scaling_efficiency"] = b / r["ms_per_step"]
+      r["added_ms"] = r["ms_per_step"] - b
 
 
 def table(rows) -> str:
   lines = ["| model | devices | global batch | impl | ms / step | examples / s | scaling eff. "
-           "| ours / xla | collectives (all-reduce, all-gather, reduce-scatter, permute, "
+           "| ms over 1 device | spread | ours / xla | collectives (all-reduce, all-gather, reduce-scatter, permute, "
            "all-to-all) | compile s | first loss |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   by = {(r["model"], r["devices"], r["impl"]): r for r in rows if "ms_per_step" in r}
   for r in rows:
     if "error" in r:
       lines.append(f"| {r['model']} | {r['devices']} | | {r['impl']} | failed: "
-                   f"{r['error'][:80]} | | | | | | |")
+                   f"{r['error'][:80]} | | | | | | | | |")
       continue
     xla = by.get((r["model"], r["devices"], "xla"))
     ratio = f"{r['ms_per_step'] / xla['ms_per_step']:.2f}" if xla and r["impl"] == "ours" else ""
     counts = ", ".join(str(r["collectives"][k]) for k in KINDS)
     eff = f"{r['scaling_efficiency']:.2f}" if "scaling_efficiency" in r else ""
+    added = f"{r['added_ms']:+.2f}" if r["devices"] > 1 and "added_ms" in r else ""
+    t = r["ms_repeats"]
+    spread = f"{(max(t) - min(t)) / r['ms_per_step']:.0%}"
     lines.append(f"| {r['model']} | {r['devices']} | {r['global_batch']} | {r['impl']} | "
-                 f"{r['ms_per_step']:.2f} | {r['examples_per_s']:.1f} | {eff} | {ratio} | "
+                 f"{r['ms_per_step']:.2f} | {r['examples_per_s']:.1f} | {eff} | {added} | {spread} | {ratio} | "
                  f"{counts} | {r['compile_s']:.1f} | {r['first_loss']:.5f} |")
   return "\n".join(lines)
 
@@ -200,15 +228,11 @@ def main(argv=None):
     variables = jax.jit(lambda k, x: init_module.init(k, x, train=False))(jax.random.key(0), x)
     variables = jax.tree.map(np.asarray, variables)  # on the host: each run donates its own copy
     for n in counts:
-      for impl in args.impls.split(","):
-        try:
-          row = measure(spec, args.preset, per_device, visible[:n], impl, dtype, variables,
-                        args.steps, args.repeats)
-        except Exception as e:  # noqa: BLE001 - record it, measure the rest
-          row = dict(model=name, impl=impl, devices=n, error=f"{type(e).__name__}: {e}")
+      for row in measure(spec, args.preset, per_device, visible[:n], args.impls.split(","),
+                         dtype, variables, args.steps, args.repeats):
         rows.append(row)
-        save()
         print(json.dumps({k: v for k, v in row.items() if k != "ms_repeats"}), flush=True)
+      save()
   save()
   print(table(rows))
   return 0
