@@ -641,6 +641,8 @@ class Bench:
   def _guard(self, base, impl, thunk):
     if self.past_deadline():
       return self.skip(base, impl, "deadline")
+    if impl in self.args.skip_impls.split(","):
+      return self.skip(base, impl, "--skip-impls")
     try:
       return self.add(base, impl, **thunk())
     except Exception as e:  # noqa: BLE001  (record and go on)
@@ -1576,6 +1578,8 @@ def parse_args(argv=None):
   p.add_argument("--deadline-s", type=float, default=None,
                  help="stop measuring after this many seconds (default: 200 on a GPU, none otherwise)")
   p.add_argument("--budget-s", type=float, default=None, help="time budget of one measurement")
+  p.add_argument("--skip-impls", default="",
+                 help="comma list of implementations not to time (e.g. jax_scatter,torch)")
   p.add_argument("--jax-clock", choices=("span", "host"), default=None,
                  help="how JAX chains are timed: span (the device's timestamps; the default where "
                       "torch sees the GPU) or host (the host clock around each repeat)")
