@@ -23,7 +23,6 @@
 
 #include "columns/columns.h"
 #include "columns/columns_generic.cuh"
-#include "columns/fold_cf_taps.cuh"
 #include "columns/fold_cl_taps.cuh"
 #include "columns/fold_staged.cuh"
 #include "columns/fold_vector.cuh"
@@ -691,13 +690,6 @@ bool fold_taps_on() {
   return on;
 }
 
-// JAX_IM2COL_NO_CF_FOLD_TAPS=1 leaves the channels-first fold to the staged,
-// vector and per-run folds.
-bool cf_fold_taps_on() {
-  static const bool on = switch_on(Switch::kCfFoldTaps);
-  return on;
-}
-
 // Calls fn(std::integral_constant<int, T>{}) for a taps bound T of 2-4
 // (plan_fold_taps's; the caller instantiates only the T whose T^ND slots
 // that plan allows).
@@ -742,7 +734,7 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     if (fold_taps_on() && plan_fold_taps(g, C, lay.groups, nc, vectors ? V : scalars, &tp)) {
       with_taps_bound(tp.taps, [&](auto taps) {
         constexpr int T = decltype(taps)::value;
-        if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlotsCl) {
+        if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots) {
           if (vectors) {
             fold_cl_taps_kernel<ND, T, TC, TX, V><<<blocks_for(tp.items), kThreads, 0, stream>>>(
                 cols, x, g, C, n0, lay, tp, accumulate);
@@ -764,18 +756,6 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
       fold_cl_kernel<ND, TC, TX, 1><<<blocks_for(rows * C), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, rows, C, accumulate);
     }
-    return cudaGetLastError();
-  }
-  // Few taps a position: one element a thread, all its loads in flight
-  // (fold_cf_taps.cuh).
-  FoldTapsPlan tp;
-  if (cf_fold_taps_on() && plan_fold_taps(g, C, 1, nc, 1, &tp, false, lay)) {
-    with_taps_bound(tp.taps, [&](auto taps) {
-      constexpr int T = decltype(taps)::value;
-      if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots)
-        fold_cf_taps_kernel<ND, T, TC, TX><<<blocks_for(tp.items), kThreads, 0, stream>>>(
-            cols, x, g, C, n0, lay, tp, accumulate);
-    });
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];

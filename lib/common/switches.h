@@ -47,8 +47,6 @@ namespace im2col {
     "channels-first fold of planes staged whole in shared memory (columns/fold_staged.cuh)") \
   X(kFoldTaps, "JAX_IM2COL_NO_FOLD_TAPS", \
     "channels-last fold with a thread's taps unrolled (columns/fold_cl_taps.cuh)") \
-  X(kCfFoldTaps, "JAX_IM2COL_NO_CF_FOLD_TAPS", \
-    "channels-first fold of one element a thread with its taps unrolled, before the staged and vector folds (columns/fold_cf_taps.cuh)") \
   X(kDwRing, "JAX_IM2COL_NO_DW_RING", \
     "depthwise kernels: inputs held in a register ring along the row, one load per row step (conv/depthwise/depthwise_kernels.cuh)") \
   X(kDwNarrowRuns, "JAX_IM2COL_NO_DW_NARROW_RUNS", \

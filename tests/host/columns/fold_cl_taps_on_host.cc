@@ -49,7 +49,7 @@ std::vector<double> fold_cl_reference(const Geometry& g, const ColumnsLayout& la
 template <int ND, int T, typename TC, typename TX, int V, int P>
 void run_kernel(const std::vector<TC>& cols, std::vector<TX>& x, const Geometry& g, int64_t C, int64_t n0,
                 const ColumnsLayout& lay, const FoldTapsPlan& p, bool accumulate) {
-  if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlotsCl) {
+  if constexpr (fold_taps_slots(T, ND) <= kFoldTapsSlots) {
     gridDim.x = blockDim.x = 1;
     blockIdx.x = threadIdx.x = 0;
     fold_cl_taps_kernel<ND, T, TC, TX, V, P>(cols.data(), x.data(), g, C, n0, lay, p, accumulate);
