@@ -116,12 +116,18 @@ def measure(spec, preset: str, per_device_batch: int, devices, impls, dtype, var
       row = dict(model=spec.name, impl=impl, devices=len(devices),
                  error=f"{type(e).__name__}: {e}")
     rows.append(row)
-  times = interleaved(runners, steps, repeats) if runners else {}
+  try:
+    times = interleaved(runners, steps, repeats) if runners else {}
+  except Exception as e:  # noqa: BLE001 - e.g. out of memory at run time: record it, go on
+    times = {}
+    for row in rows:
+      if row["impl"] in runners:
+        row["error"] = f"timing: {type(e).__name__}: {e}"
   for row in rows:
     if row["impl"] in times:
       t = times[row["impl"]]
-      row.update(ms_per_step=statistics.median(t), ms_repeats=t,
-                 examples_per_s=row["global_batch"] / (statistics.median(t) / 1e3))
+      ms = statistics.median(t)
+      row.update(ms_per_step=ms, ms_repeats=t, examples_per_s=row["global_batch"] / (ms / 1e3))
   del runners
   return rows
 
