@@ -4,8 +4,10 @@ Every model of the zoo at its tiny preset takes one train step's loss and
 gradients with XLA's float64 convolution and with ours, which must agree to
 float64 rounding (XLA's own convolution is the oracle). The per-layer
 recording must find each full-size model's distinct convolutions (for
-ResNet-50, MobileNetV2 and ConvNeXt-T those of shared/models-h200.md), and
-the command line must write its reports.
+ResNet-50, MobileNetV2 and ConvNeXt-T those of shared/models-h200.md), the
+command line must write its reports, and the data-parallel benchmark
+(benchmarks/multi_gpu.py) must compile ours' sharded train steps with XLA's
+collectives.
 """
 
 import json
@@ -156,3 +158,31 @@ def test_join_keeps_the_latest_run_of_each_model_and_dtype():
   assert runs["f32"]["tag"] == "bbb" and runs["bf16"]["tag"] == "aaa"
   assert [s["commit"] for s in joined["sources"]] == ["aaa", "bbb"]
   assert joined["environment"]["git_commit"] == "bbb"
+
+
+def test_data_parallel_step_has_the_collectives_of_xla(tmp_path):
+  # benchmarks/multi_gpu.py on 2 forced host devices (its own process: the
+  # device count is fixed at start): ResNet-50 and the U-Net's data-parallel
+  # train steps, the batch sharded, hold the same collectives with our
+  # convolution as with XLA's, none of them a gather, and take the same first
+  # loss.
+  import os
+  import subprocess
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+  script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "multi_gpu.py"
+  run = subprocess.run([sys.executable, str(script), "--preset", "tiny", "--devices", "1,2",
+                        "--steps", "1", "--repeats", "1", "--out", str(tmp_path)],
+                       env=env, capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  rows = json.loads((tmp_path / "multi_gpu.json").read_text())["rows"]
+  by = {(r["model"], r["devices"], r["impl"]): r for r in rows}
+  assert len(by) == 8 and not any("error" in r for r in rows), rows
+  for model in ("resnet50", "unet3d"):
+    xla, ours = by[(model, 2, "xla")], by[(model, 2, "ours")]
+    assert ours["collectives"] == xla["collectives"], (model, ours["collectives"], xla["collectives"])
+    assert ours["collectives"]["all-reduce"] > 0 and ours["collectives"]["all-gather"] == 0
+    assert by[(model, 1, "ours")]["collectives"] == {k: 0 for k in ours["collectives"]}
+    assert abs(ours["first_loss"] - xla["first_loss"]) <= 1e-5 * abs(xla["first_loss"])
+    assert ours["scaling_efficiency"] > 0 and "added_ms" in ours
+  assert "| ms over 1 device | spread | ours / xla |" in (tmp_path / "multi_gpu.md").read_text()
