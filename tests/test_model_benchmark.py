@@ -11,7 +11,9 @@ collectives.
 """
 
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import flax.linen as nn
@@ -166,8 +168,6 @@ def test_data_parallel_step_has_the_collectives_of_xla(tmp_path):
   # train steps, the batch sharded, hold the same collectives with our
   # convolution as with XLA's, none of them a gather, and take the same first
   # loss.
-  import os
-  import subprocess
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
   script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "multi_gpu.py"
