@@ -19,7 +19,7 @@ and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 
 Writes depthwise_bench.json under --out (with the JAX_IM2COL_NO_DW_* switches
 of the run, for A/B runs: JAX_IM2COL_NO_DW_RING=1, JAX_IM2COL_NO_DW_NARROW_RUNS=1,
-JAX_IM2COL_NO_DW_TILES=1). Runs in about 2-3 minutes on an H100.
+JAX_IM2COL_NO_DW_TILES=1, JAX_IM2COL_NO_DW_STREAM=1). Runs in about 2-3 minutes on an H100.
 """
 
 import argparse
@@ -42,7 +42,8 @@ import jax_im2col  # noqa: E402
 
 CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=12, budget_s=0.06, max_inner=32)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
-SWITCHES = ("JAX_IM2COL_NO_DW_RING", "JAX_IM2COL_NO_DW_NARROW_RUNS", "JAX_IM2COL_NO_DW_TILES")
+SWITCHES = ("JAX_IM2COL_NO_DW_RING", "JAX_IM2COL_NO_DW_NARROW_RUNS", "JAX_IM2COL_NO_DW_TILES",
+            "JAX_IM2COL_NO_DW_STREAM")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,6 +136,11 @@ WINDOWS_2D = [
     (3, (12, 13), 24, (2, 2), (1, 1), "SAME"),
     (3, (10, 9), 6, (2, 1), (2, 2), ((1, 2), (0, 1))),
     (3, (8, 8), 3, (1, 2), (1, 1), ((-1, 2), (2, -1))),  # negative padding, channels not a vector
+    # The streaming 3x3 kernel (depthwise_stream.cuh): row tiles with a short
+    # last one, strides along W past 2, asymmetric and negative padding.
+    (3, (40, 7), 12, (1, 2), (1, 1), ((0, 2), (2, -1))),
+    (3, (23, 9), 8, (2, 3), (1, 1), ((3, -1), (1, 1))),
+    (3, (37, 5), 4, (1, 1), (1, 1), ((2, 0), (0, 2))),
     (7, (14, 14), 32, (1, 1), (1, 1), "SAME"),
     (7, (17, 16), 8, (2, 2), (1, 1), "VALID"),
     (7, (15, 13), 12, (1, 1), (2, 2), ((3, 3), (6, 0))),

@@ -51,6 +51,8 @@ namespace im2col {
     "depthwise kernels: inputs held in a register ring along the row, one load per row step (conv/depthwise/depthwise_kernels.cuh)") \
   X(kDwNarrowRuns, "JAX_IM2COL_NO_DW_NARROW_RUNS", \
     "depthwise tiles: channel runs narrower than 128 bytes where their smaller halo costs less (conv/depthwise/depthwise_plan.h)") \
+  X(kDwStream, "JAX_IM2COL_NO_DW_STREAM", \
+    "channels-last 3x3 depthwise forwards (and unit-stride input gradients) streamed down the rows, window in registers (conv/depthwise/depthwise_stream.cuh)") \
   X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \
     "depthwise kernels on shared-memory tiles, rather than one thread per output element (conv/depthwise/depthwise_conv.cu)")
 

@@ -6,6 +6,7 @@
 #include "conv/depthwise/depthwise_conv.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_launch.h"
+#include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/direct/direct_util.cuh"
 
 namespace im2col::cuda {
@@ -23,12 +24,18 @@ size_t element_bytes(DataType t) {
   }
 }
 
-// The forward machinery on phases p: the tiles where they fit, else one
-// thread per output element.
+// The forward machinery on phases p: channels-last 3x3 windows streamed down
+// the rows, else the tiles where they fit, else one thread per output
+// element.
 cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataType out, const DwPhases& p, int64_t n,
                        int64_t c, bool cl, cudaStream_t stream) {
   const size_t elem = element_bytes(in), out_elem = element_bytes(out);
   const size_t acc = in == DataType::F64 ? 8 : 4;
+  const int32_t stream_vector = elem == 8 ? 2 : 4;
+  DwStreamPlan s;
+  if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) &&
+      aligned_to(x, stream_vector * elem) && aligned_to(y, stream_vector * out_elem))
+    return dw_forward_stream(in, out, x, w, y, p.g[0], s, c, stream);
   DwTile t;
   if (switch_on(Switch::kDwTiles) &&
       plan_dw_tile(dw_bound(p), c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),

@@ -1,6 +1,6 @@
 // The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
-// depthwise_filter_{cl,cf}.cu: one compilation each, so that the build runs
-// them side by side), called by depthwise_conv.cu with their plans.
+// depthwise_filter_{cl,cf}.cu, depthwise_stream.cu: one compilation each, so
+// that the build runs them side by side), called by depthwise_conv.cu with their plans.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +18,12 @@ cudaError_t dw_forward_tiles_cl(xla::ffi::DataType in, xla::ffi::DataType out, c
                                 const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
 cudaError_t dw_forward_tiles_cf(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
                                 const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
+
+// The forward of x with w on one phase g, streamed down the rows
+// (depthwise_stream.cuh; plan_dw_stream took it).
+struct DwStreamPlan;
+cudaError_t dw_forward_stream(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
+                              const DwGeom& g, const DwStreamPlan& s, int64_t c, cudaStream_t stream);
 
 // The filter gradient's partial sums over slices f (tile t).
 cudaError_t dw_filter_tiles_cl(xla::ffi::DataType type, const void* dy, const void* x, void* partials,

@@ -26,6 +26,7 @@
 
 #include "host_cuda.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
+#include "conv/depthwise/depthwise_stream.cuh"
 #include "host_reference.h"
 
 using namespace im2col;
@@ -33,7 +34,7 @@ using namespace im2col::cuda;
 
 namespace {
 
-int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0;
+int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0;
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
@@ -58,12 +59,15 @@ const char* type_name(size_t bytes) { return bytes == 2 ? "half" : bytes == 4 ? 
 
 // A random forward geometry of rank nd: windows mostly 1-9, sometimes 13 or
 // 31 (1-D, 2-D) or 63 (1-D); extents small enough for the references.
-Geometry random_geometry(int nd) {
+Geometry random_geometry(int nd, bool stream_domain = false) {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   for (int attempt = 0;; ++attempt) {
     Geometry g;
     g.nd = nd;
     const int big = draw(0, 9);
+    // A third of 2-D geometries in the streaming kernel's domain (3x3, unit
+    // dilation, stride 1 or 2 along H, half of them at unit stride).
+    const bool streamable = nd == 2 && (stream_domain || draw(0, 2) == 0), unit = draw(0, 1) == 0;
     for (int d = 0; d < nd; ++d) {
       const bool last = d == nd - 1;
       int k = nd == 3 ? draw(1, 5) : draw(1, 9);
@@ -72,6 +76,11 @@ Geometry random_geometry(int nd) {
       g.kernel[d] = k;
       g.rhs_dilation[d] = k > 9 ? draw(1, 2) : draw(1, 3);
       g.stride[d] = draw(1, 3);
+      if (streamable) {
+        g.kernel[d] = k = 3;
+        g.rhs_dilation[d] = 1;
+        g.stride[d] = unit ? 1 : draw(1, last ? 3 : 2);
+      }
       const int64_t window = (k - 1) * g.rhs_dilation[d] + 1;
       const int extent_max = nd == 3 ? 9 : nd == 2 ? 20 : 90;
       g.in[d] = draw(1, static_cast<int>(std::min<int64_t>(extent_max, window + 12)));
@@ -111,12 +120,34 @@ void run_tiles(const T* x, const T* w, TY* y, const DwPhases& p, const DwTile& t
   for (int64_t b = 0; b < total; ++b) dw_forward_block<CL, S, T, TY>(e, smem.data(), x, w, y, p, t, N, C, b);
 }
 
-// The forward machinery on phases p, as depthwise_conv.cu runs it: tiles
-// where they fit (budget), else the per-element kernel.
+// Runs every thread of a streaming launch on the host, its rows a thread
+// drawn at random half the time (several row tiles, the last one short).
+template <int SY, typename T, typename TY>
+void run_stream(const T* x, const T* w, TY* y, const DwGeom& g, DwStreamPlan s, int64_t N, int64_t C) {
+  if (draw(0, 1) == 0) {
+    s.rows = draw(1, s.rows);
+    s.row_tiles = (g.out[1] + s.rows - 1) / s.rows;
+    s.blocks = int64_t{s.col_blocks} * s.row_tiles * N;
+    s.by_row_tiles = FastDiv(s.row_tiles);
+  }
+  for (int64_t b = 0; b < s.blocks; ++b)
+    for (int32_t tid = 0; tid < kDwStreamThreads; ++tid) dw_stream_thread<SY, T, TY>(x, w, y, g, s, C, b, tid);
+}
+
+// The forward machinery on phases p, as depthwise_conv.cu runs it: 3x3
+// channels-last windows streamed, else tiles where they fit (budget), else
+// the per-element kernel.
 template <bool CL, typename T, typename TY>
 void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int64_t C, bool ring, bool narrow,
-                int64_t budget, bool force_gather) {
+                int64_t budget, bool force_gather, bool stream) {
   using A = typename Acc<T>::type;
+  DwStreamPlan s;
+  if (CL && stream && plan_dw_stream(p, N, C, sizeof(T), &s)) {
+    ++streamed;
+    if (p.g[0].stride[1] == 1) run_stream<1, T, TY>(x, w, y, p.g[0], s, N, C);
+    else run_stream<2, T, TY>(x, w, y, p.g[0], s, N, C);
+    return;
+  }
   DwTile t;
   const DwGeom bound = dw_bound(p);
   if (!force_gather && plan_dw_tile(bound, C, CL, sizeof(T), sizeof(A), sizeof(TY), ring, narrow, N * p.count, &t, budget)) {
@@ -136,12 +167,13 @@ void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int
 }
 
 struct Options {
-  bool ring, narrow, gather;
+  bool ring, narrow, gather, stream;
   int64_t budget;
 };
 
 Options random_options() {
   Options o;
+  o.stream = draw(0, 3) != 0;
   o.ring = draw(0, 3) != 0;
   o.narrow = draw(0, 3) != 0;
   o.gather = draw(0, 9) == 0;
@@ -151,9 +183,9 @@ Options random_options() {
 }
 
 void describe(const char* what, const Geometry& g, int64_t N, int64_t C, bool cl, size_t bytes, const Options& o) {
-  std::printf("FAIL: %s nd %d %s %s N %lld C %lld ring %d narrow %d gather %d budget %lld\n", what, g.nd,
-              cl ? "cl" : "cf", type_name(bytes), static_cast<long long>(N), static_cast<long long>(C), o.ring,
-              o.narrow, o.gather, static_cast<long long>(o.budget));
+  std::printf("FAIL: %s nd %d %s %s N %lld C %lld ring %d narrow %d gather %d stream %d budget %lld\n", what,
+              g.nd, cl ? "cl" : "cf", type_name(bytes), static_cast<long long>(N), static_cast<long long>(C), o.ring,
+              o.narrow, o.gather, o.stream, static_cast<long long>(o.budget));
   for (int d = 0; d < g.nd; ++d)
     std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
                 static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
@@ -172,8 +204,12 @@ bool check(const std::vector<TY>& got, const std::vector<double>& want, const ch
   return false;
 }
 
-// Channels of a random case: a few, or a multiple of 8 plus a remainder.
-int64_t draw_channels() { return draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5); }
+// Channels of a random case: a few, or a multiple of 8 plus a remainder;
+// in the streaming kernel's domain mostly whole vectors.
+int64_t draw_channels(bool stream_domain = false) {
+  if (stream_domain && draw(0, 3) != 0) return 4 * draw(1, 12);
+  return draw(0, 3) == 0 ? draw(1, 7) : draw(1, 3) * 8 + draw(0, 1) * draw(1, 5);
+}
 
 // f(c, l, s, k) for every channel c, output position l in [l0, l1) and tap k that reads input position s.
 template <typename F>
@@ -187,10 +223,10 @@ void for_each_tap(const Geometry& g, int64_t C, int64_t l0, int64_t l1, F&& f) {
 }
 
 template <bool CL, typename T, typename TY>
-bool forward_case(int nd) {
-  const Geometry g = random_geometry(nd);
+bool forward_case(int nd, bool stream_domain = false) {
+  const Geometry g = random_geometry(nd, stream_domain);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw_channels();
+  const int64_t N = draw(1, 2), C = draw_channels(stream_domain);
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto x = random_values<T>(N * C * g.in_size);
@@ -204,16 +240,17 @@ bool forward_case(int nd) {
   DwPhases p;
   p.count = 1;
   p.g[0] = dw_lift(g);
-  run_phases<CL, T, TY>(x.data(), w.data(), y.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather);
+  run_phases<CL, T, TY>(x.data(), w.data(), y.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather,
+                         o.stream);
   ++ran_forward;
   return check(y, want, "forward", g, N, C, CL, sizeof(T), o);
 }
 
 template <bool CL, typename T>
-bool backward_case(int nd) {
-  const Geometry g = random_geometry(nd);
+bool backward_case(int nd, bool stream_domain = false) {
+  const Geometry g = random_geometry(nd, stream_domain);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw_channels();
+  const int64_t N = draw(1, 2), C = draw_channels(stream_domain);
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto dy = random_values<T>(N * C * g.out_size);
@@ -235,7 +272,8 @@ bool backward_case(int nd) {
       }
       if (ph.has_positions) p.g[p.count++] = dw_phase(g, ph);
     }
-    if (p.count > 0) run_phases<CL, T, T>(dy.data(), w.data(), dx.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather);
+    if (p.count > 0)
+      run_phases<CL, T, T>(dy.data(), w.data(), dx.data(), p, N, C, o.ring, o.narrow, o.budget, o.gather, o.stream);
   }
   ++ran_backward;
   return check(dx, want, "input gradient", g, N, C, CL, sizeof(T), o);
@@ -368,6 +406,15 @@ void layout_cases(Tally& run, int nd) {
     run(backward_case<CL, double>(nd));
     run(filter_case<CL, double>(nd));
   }
+  if (CL && nd == 2) {  // the streaming kernel's domain
+    run(forward_case<CL, float, float>(nd, true));
+    run(forward_case<CL, __nv_bfloat16, __nv_bfloat16>(nd, true));
+    run(forward_case<CL, __half, float>(nd, true));
+    run(forward_case<CL, double, double>(nd, true));
+    run(backward_case<CL, float>(nd, true));
+    run(backward_case<CL, __nv_bfloat16>(nd, true));
+    run(backward_case<CL, double>(nd, true));
+  }
 }
 
 }  // namespace
@@ -381,8 +428,8 @@ int main(int argc, char** argv) {
       layout_cases<false>(run, nd);
     }
   }
-  std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs\n",
-              ran_forward, ran_backward, ran_filter, staged, gathered);
+  std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
+              "%d streamed runs\n", ran_forward, ran_backward, ran_filter, staged, gathered, streamed);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
               ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);

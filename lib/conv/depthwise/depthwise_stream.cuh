@@ -1,0 +1,192 @@
+// The channels-last depthwise forward of 3 x 3 windows at unit dilation
+// (MobileNet's layers), streamed down the rows: a thread owns one vector of
+// channels at one output column, holds its channels' 9 weights and the 3 x 3
+// input vectors under its current output in registers, and walks `rows`
+// output rows, loading each step only the input rows the window slides onto
+// (one at stride 1, two at stride 2), the next step's while it computes this
+// one. No shared memory and no barrier: at 9 FMAs per element moved these
+// layers are memory-bound, and the tiled kernel's rounds of stage, wait and
+// compute left DRAM idle between them (1.0-1.5 TB/s on an H200). The threads
+// of a warp hold neighbouring vectors of one pixel, then neighbouring
+// columns, whose overlapping input columns come from L1.
+//
+// Also the unit-stride input gradient: its one phase (dw_phase) is a forward
+// of dy whose weight map flips the filter; the output map must be the
+// identity. No XLA headers: the host tests run dw_stream_thread thread by
+// thread (tests/host/conv/depthwise/depthwise_stream_on_host.cc).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/device_util.cuh"
+#include "conv/depthwise/depthwise_plan.h"
+
+namespace im2col::cuda {
+
+constexpr int kDwStreamK = 3;              // the window, kDwStreamK x kDwStreamK
+constexpr int kDwStreamThreads = 256;
+constexpr int32_t kDwStreamMinRows = 4;    // rows a thread walks, at least (the window's warm-up is 2 rows)
+constexpr int64_t kDwStreamFillBlocks = 2048;  // ~8 waves of two blocks on 132 SMs
+
+// Channels a thread vector: 16 bytes (8 for half types: 4 float accumulators
+// and 36 float weights keep a thread near 64 registers).
+template <typename T>
+constexpr int dw_stream_vector() {
+  return sizeof(T) == 8 ? 2 : 4;
+}
+
+struct DwStreamPlan {
+  int32_t vectors = 1;     // C / V
+  int32_t columns = 1;     // output columns x vectors: the threads of a row tile
+  int32_t col_blocks = 1;  // blocks across them
+  int32_t rows = 1;        // output rows a thread walks
+  int32_t row_tiles = 1;
+  int64_t blocks = 0;      // col_blocks x row_tiles x images
+  FastDiv by_vectors, by_col_blocks, by_row_tiles;
+};
+
+// Whether the streaming kernel takes phases p of n images with C channels of
+// elem bytes (channels-last; the caller checks the layout and alignment),
+// and its plan: rows halved from whole columns until the grid fills the GPU.
+inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStreamPlan* out) {
+  if (p.count != 1 || n < 1) return false;
+  const DwGeom& g = p.g[0];
+  if (g.nd != 2 || g.zero != 0 || g.out[1] < 1 || g.out[2] < 1) return false;
+  if (g.kernel[1] != kDwStreamK || g.kernel[2] != kDwStreamK || g.dil[1] != 1 || g.dil[2] != 1) return false;
+  if (g.stride[1] < 1 || g.stride[1] > 2 || g.stride[2] < 1) return false;
+  for (int d = 1; d < 3; ++d)
+    if (g.o_first[d] != 0 || g.o_step[d] != 1 || g.yk[d] != g.out[d]) return false;
+  const int32_t v = elem == 8 ? 2 : 4;
+  if (elem != 2 && elem != 4 && elem != 8) return false;
+  if (C % v != 0) return false;
+  const int64_t vectors = C / v, columns = vectors * g.out[2];
+  if (columns >= (int64_t{1} << 30)) return false;
+  DwStreamPlan s;
+  s.vectors = static_cast<int32_t>(vectors);
+  s.columns = static_cast<int32_t>(columns);
+  s.col_blocks = static_cast<int32_t>((columns + kDwStreamThreads - 1) / kDwStreamThreads);
+  const int32_t OH = g.out[1];
+  const auto blocks_of = [&](int32_t rows) { return int64_t{s.col_blocks} * n * ((OH + rows - 1) / rows); };
+  s.rows = OH;
+  while (s.rows > kDwStreamMinRows && blocks_of(s.rows) < kDwStreamFillBlocks) s.rows = (s.rows + 1) / 2;
+  s.row_tiles = (OH + s.rows - 1) / s.rows;
+  s.rows = (OH + s.row_tiles - 1) / s.row_tiles;  // even tiles
+  s.blocks = blocks_of(s.rows);
+  if (s.blocks >= (int64_t{1} << 31)) return false;
+  s.by_vectors = FastDiv(s.vectors);
+  s.by_col_blocks = FastDiv(s.col_blocks);
+  s.by_row_tiles = FastDiv(s.row_tiles);
+  *out = s;
+  return true;
+}
+
+// The K input vectors of input row iy under output column ox (zeros outside
+// the image).
+template <typename T, int V, int K>
+__device__ __forceinline__ void dw_stream_row(RawWords<T, V> (&dst)[K], const T* __restrict__ x, int64_t image,
+                                              int32_t iy, int32_t ix0, const bool (&col_ok)[K], int32_t IH,
+                                              int32_t IW, int64_t C, int64_t ch) {
+  const bool row_ok = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH);
+  const int64_t base = ((image * IH + iy) * IW + ix0) * C + ch;
+#pragma unroll
+  for (int kx = 0; kx < K; ++kx) {
+    RawWords<T, V> r;
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(r.v) / sizeof(r.v[0])); ++i) r.v[i] = 0;
+    if (row_ok && col_ok[kx]) r = load_raw<T, V>(x + base + kx * C);
+    dst[kx] = r;
+  }
+}
+
+// Thread `tid` of block `block` (blocks: column block fastest, then row
+// tile, then image; threads: channel vector fastest, then output column).
+// SY: the stride along H (1 or 2); the stride along W is any.
+template <int SY, typename T, typename TY>
+__device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const T* __restrict__ w,
+                                                 TY* __restrict__ y, const DwGeom& g, const DwStreamPlan& s,
+                                                 int64_t C, int64_t block, int32_t tid) {
+  using A = typename Acc<T>::type;
+  using Raw = RawWords<T, dw_stream_vector<T>()>;
+  constexpr int K = kDwStreamK, V = dw_stream_vector<T>();
+  constexpr int KEEP = K > SY ? K - SY : 0, NEW = K - KEEP;  // window rows kept, loaded a step
+
+  int32_t b = static_cast<int32_t>(block), cb, rt;
+  s.by_col_blocks.divmod(b, b, cb);
+  s.by_row_tiles.divmod(b, b, rt);
+  const int64_t image = b;
+  const int32_t col = cb * kDwStreamThreads + tid;
+  if (col >= s.columns) return;
+  int32_t ox, vec;
+  s.by_vectors.divmod(col, ox, vec);
+  const int64_t ch = int64_t{vec} * V;
+  const int32_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2];
+  const int32_t oy0 = rt * s.rows, oy_end = min(OH, oy0 + s.rows);
+
+  A wt[K][K][V];
+  const int64_t wsize = g.w_size();
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      const int64_t fh = g.w_first[1] + g.w_step[1] * ky, fw = g.w_first[2] + g.w_step[2] * kx;
+      const int64_t tap = (int64_t{g.w_first[0]} * g.wk[1] + fh) * g.wk[2] + fw;
+#pragma unroll
+      for (int e = 0; e < V; ++e) wt[ky][kx][e] = static_cast<A>(to_acc(w[(ch + e) * wsize + tap]));
+    }
+
+  const int32_t ix0 = ox * g.stride[2] - g.pad[2];
+  bool col_ok[K];
+#pragma unroll
+  for (int kx = 0; kx < K; ++kx) col_ok[kx] = static_cast<uint32_t>(ix0 + kx) < static_cast<uint32_t>(IW);
+
+  Raw win[K][K], next[NEW][K];
+  const int32_t iy0 = oy0 * SY - g.pad[1];
+#pragma unroll
+  for (int i = 0; i < KEEP; ++i) dw_stream_row<T, V, K>(win[i], x, image, iy0 + i, ix0, col_ok, IH, IW, C, ch);
+#pragma unroll
+  for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy0 + KEEP + i, ix0, col_ok, IH, IW, C, ch);
+
+  TY* yp = y + ((image * OH + oy0) * OW + ox) * C + ch;
+  const int64_t y_row = int64_t{OW} * C;
+  for (int32_t oy = oy0; oy < oy_end; ++oy, yp += y_row) {
+#pragma unroll
+    for (int i = 0; i < NEW; ++i)
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[i][kx];
+    if (oy + 1 < oy_end) {
+      const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
+#pragma unroll
+      for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+    }
+    A acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = A(0);
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx) {
+        Pack<T, V> p;
+        std::memcpy(&p, &win[ky][kx], sizeof(p));
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] += wt[ky][kx][e] * static_cast<A>(to_acc(p.v[e]));
+      }
+    Pack<TY, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.v[e] = store_value<TY>(acc[e]);
+    *reinterpret_cast<Pack<TY, V>*>(yp) = out;
+#pragma unroll
+    for (int i = 0; i < KEEP; ++i)
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx) win[i][kx] = win[i + SY][kx];
+  }
+}
+
+template <int SY, typename T, typename TY>
+__global__ void __launch_bounds__(kDwStreamThreads, 2)
+dw_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, const DwGeom g,
+                 const DwStreamPlan s, int64_t C) {
+  dw_stream_thread<SY, T, TY>(x, w, y, g, s, C, blockIdx.x, static_cast<int32_t>(threadIdx.x));
+}
+
+}  // namespace im2col::cuda
