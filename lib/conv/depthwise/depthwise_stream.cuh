@@ -28,6 +28,10 @@ constexpr int kDwStreamK = 3;              // the window, kDwStreamK x kDwStream
 constexpr int kDwStreamThreads = 256;
 constexpr int32_t kDwStreamMinRows = 4;    // rows a thread walks, at least (the window's warm-up is 2 rows)
 constexpr int64_t kDwStreamFillBlocks = 2048;  // ~8 waves of two blocks on 132 SMs
+// Steps ahead of the loads that a thread asks L2 for the input rows: a step's
+// own loads keep one row of a warp in flight, too few bytes to cover DRAM's
+// latency at the occupancy these registers allow.
+constexpr int kDwStreamPrefetch = 4;
 
 // Channels a thread vector: 16 bytes (8 for half types: 4 float accumulators
 // and 36 float weights keep a thread near 64 registers).
@@ -99,6 +103,22 @@ __device__ __forceinline__ void dw_stream_row(RawWords<T, V> (&dst)[K], const T*
   }
 }
 
+// Asks L2 for the input row iy under output column ox (its columns up to the
+// stride along W, so that a row's threads cover every pixel).
+template <int K>
+__device__ __forceinline__ void dw_stream_prefetch(const void* row, int32_t iy, int32_t IH, int64_t pixel,
+                                                   int32_t sx, const bool (&col_ok)[K]) {
+#if defined(__CUDA_ARCH__)
+  if (static_cast<uint32_t>(iy) >= static_cast<uint32_t>(IH)) return;
+#pragma unroll
+  for (int kx = 0; kx < K; ++kx)
+    if (kx < sx && col_ok[kx])
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(row) + kx * pixel));
+#else
+  (void)row, (void)iy, (void)IH, (void)pixel, (void)sx, (void)col_ok;
+#endif
+}
+
 // Thread `tid` of block `block` (blocks: column block fastest, then row
 // tile, then image; threads: channel vector fastest, then output column).
 // SY: the stride along H (1 or 2); the stride along W is any.
@@ -140,6 +160,17 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
 #pragma unroll
   for (int kx = 0; kx < K; ++kx) col_ok[kx] = static_cast<uint32_t>(ix0 + kx) < static_cast<uint32_t>(IW);
 
+  // The rows a step loads, asked of L2 kDwStreamPrefetch steps ahead: those
+  // of the first steps here, each later one's in the loop.
+  const auto prefetch_step = [&](int32_t step) {
+    const int32_t ip = step * SY - g.pad[1] + KEEP;
+#pragma unroll
+    for (int i = 0; i < NEW; ++i)
+      dw_stream_prefetch<K>(x + ((image * IH + ip + i) * IW + ix0) * C + ch, ip + i, IH, C * sizeof(T), g.stride[2],
+                            col_ok);
+  };
+  for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
+
   Raw win[K][K], next[NEW][K];
   const int32_t iy0 = oy0 * SY - g.pad[1];
 #pragma unroll
@@ -149,6 +180,7 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
 
   TY* yp = y + ((image * OH + oy0) * OW + ox) * C + ch;
   const int64_t y_row = int64_t{OW} * C;
+#pragma unroll 1
   for (int32_t oy = oy0; oy < oy_end; ++oy, yp += y_row) {
 #pragma unroll
     for (int i = 0; i < NEW; ++i)
@@ -158,6 +190,7 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
       const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
 #pragma unroll
       for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+      if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
     }
     A acc[V];
 #pragma unroll
