@@ -25,7 +25,7 @@ size_t element_bytes(DataType t) {
 }
 
 // The forward machinery on phases p: channels-last 3x3 windows streamed down
-// the rows, else the tiles where they fit, else one thread per output
+// the rows where that pays, else the tiles where they fit, else one thread per output
 // element.
 cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataType out, const DwPhases& p, int64_t n,
                        int64_t c, bool cl, cudaStream_t stream) {
@@ -33,7 +33,7 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   const size_t acc = in == DataType::F64 ? 8 : 4;
   const int32_t stream_vector = elem == 8 ? 2 : 4;
   DwStreamPlan s;
-  if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) &&
+  if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) && dw_stream_pays(p.g[0], s) &&
       aligned_to(x, stream_vector * elem) && aligned_to(y, stream_vector * out_elem))
     return dw_forward_stream(in, out, x, w, y, p.g[0], s, c, stream);
   DwTile t;

@@ -417,11 +417,47 @@ void layout_cases(Tally& run, int nd) {
   }
 }
 
+// Where depthwise_conv.cu streams MobileNetV2's bfloat16 3x3 layers (batch
+// 64, SAME): the maps whose threads walk enough rows (dw_stream_pays), as
+// measured, and never the tiles' remaining cases.
+void stream_choices(Tally& run) {
+  struct Layer {
+    int64_t size, c, stride;
+    bool streamed;
+  };
+  for (const Layer& l : {Layer{112, 32, 1, true}, Layer{112, 96, 2, true}, Layer{56, 144, 1, true},
+                         Layer{56, 144, 2, true}, Layer{28, 192, 1, false}, Layer{28, 192, 2, true},
+                         Layer{14, 384, 1, false}, Layer{7, 960, 1, false}}) {
+    Geometry g;
+    g.nd = 2;
+    const int64_t pad_hi[kMaxSpatial] = {1, 1, 0};
+    for (int d = 0; d < 2; ++d) {
+      g.in[d] = l.size;
+      g.kernel[d] = 3;
+      g.stride[d] = l.stride;
+      g.pad_lo[d] = 1;
+    }
+    finish_geometry(g, pad_hi);
+    DwPhases p;
+    p.count = 1;
+    p.g[0] = dw_lift(g);
+    DwStreamPlan s;
+    const bool planned = plan_dw_stream(p, 64, l.c, 2, &s);
+    const bool streamed = planned && dw_stream_pays(p.g[0], s);
+    if (!planned || streamed != l.streamed)
+      std::printf("FAIL: stream choice for %lldx%lldx%lld stride %lld: planned %d, streamed %d (rows %d)\n",
+                  static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
+                  static_cast<long long>(l.stride), planned, streamed, s.rows);
+    run(planned && streamed == l.streamed);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 100;
   Tally run;
+  stream_choices(run);
   for (int i = 0; i < rounds; ++i) {
     for (int nd = 1; nd <= 3; ++nd) {
       layout_cases<true>(run, nd);
