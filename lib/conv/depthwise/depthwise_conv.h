@@ -26,6 +26,12 @@
 //   run in stages of taps; channel runs narrower than 128 bytes are taken
 //   where their smaller halo costs less (plan_dw_tile's cost). Geometries
 //   whose tiles fit nowhere (strides of thousands) run one thread per output.
+// - Forward, channels-last 3x3 at unit dilation (depthwise_stream.cuh): no
+//   tile; a thread owns one channel vector at one output column, with its 9
+//   weights and the 3x3 window in registers, and walks a run of output rows,
+//   loading only the rows the window slides onto (the rows four steps ahead
+//   asked of L2). Taken where its warm-up rows are at most a quarter of the
+//   rows a thread walks (dw_stream_pays); also the unit-stride input gradient.
 // - Input gradient: the forward of dy on the phases of the stride
 //   (gradient_phase in common/geometry.h): phase r is a stride-1 convolution
 //   of dy with the filter's taps that reach it, read backwards, writing dx's
@@ -46,7 +52,8 @@
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
-// channel runs 128 bytes wide; JAX_IM2COL_NO_DW_TILES=1 runs the
+// channel runs 128 bytes wide; JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
+// the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
 // one-thread-per-element kernels everywhere (a reference on the GPU).
 #pragma once
 
