@@ -33,8 +33,8 @@ constexpr int64_t kDwStreamFillBlocks = 2048;  // ~8 waves of two blocks on 132 
 // latency at the occupancy these registers allow.
 constexpr int kDwStreamPrefetch = 4;
 
-// Channels a thread vector: 16 bytes (8 for half types: 4 float accumulators
-// and 36 float weights keep a thread near 64 registers).
+// Channels a thread vector: 16 bytes (8 for half types, so that the 9 taps'
+// weights stay 36 floats; the kernels take 90-128 registers).
 template <typename T>
 constexpr int dw_stream_vector() {
   return sizeof(T) == 8 ? 2 : 4;
