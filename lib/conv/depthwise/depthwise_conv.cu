@@ -31,16 +31,15 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
                        int64_t c, bool cl, cudaStream_t stream) {
   const size_t elem = element_bytes(in), out_elem = element_bytes(out);
   const size_t acc = in == DataType::F64 ? 8 : 4;
-  const int32_t stream_vector = elem == 8 ? 2 : 4;
+  const int32_t v = dw_vector(elem, true);
   DwStreamPlan s;
   if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) && dw_stream_pays(p.g[0], s) &&
-      aligned_to(x, stream_vector * elem) && aligned_to(y, stream_vector * out_elem))
+      aligned_to(x, v * elem) && aligned_to(y, v * out_elem))
     return dw_forward_stream(in, out, x, w, y, p.g[0], s, c, stream);
   DwTile t;
   if (switch_on(Switch::kDwTiles) &&
       plan_dw_tile(dw_bound(p), c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),
                    switch_on(Switch::kDwNarrowRuns), n * p.count, &t)) {
-    const int32_t v = dw_vector(elem, true);
     t.vector_io = cl && c % v == 0 && aligned_to(x, v * elem) && aligned_to(y, v * out_elem);
     return cl ? dw_forward_tiles_cl(in, out, x, w, y, p, t, n, c, stream)
               : dw_forward_tiles_cf(in, out, x, w, y, p, t, n, c, stream);

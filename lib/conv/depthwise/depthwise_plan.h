@@ -176,7 +176,7 @@ inline DwGeom dw_bound(const DwPhases& p) {
 
 // Elements per thread vector: 16 bytes (8 for half types, so that a vector
 // is 4 float accumulators); channels-first threads take one channel.
-inline int32_t dw_vector(size_t elem_bytes, bool cl) {
+constexpr int32_t dw_vector(size_t elem_bytes, bool cl) {
   return !cl ? 1 : elem_bytes == 8 ? 2 : 4;
 }
 

@@ -33,13 +33,6 @@ constexpr int64_t kDwStreamFillBlocks = 2048;  // ~8 waves of two blocks on 132 
 // latency at the occupancy these registers allow.
 constexpr int kDwStreamPrefetch = 4;
 
-// Channels a thread vector: 16 bytes (8 for half types, so that the 9 taps'
-// weights stay 36 floats; the kernels take 90-128 registers).
-template <typename T>
-constexpr int dw_stream_vector() {
-  return sizeof(T) == 8 ? 2 : 4;
-}
-
 struct DwStreamPlan {
   int32_t vectors = 1;     // C / V
   int32_t columns = 1;     // output columns x vectors: the threads of a row tile
@@ -61,7 +54,7 @@ inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   if (g.stride[1] < 1 || g.stride[1] > 2 || g.stride[2] < 1) return false;
   for (int d = 1; d < 3; ++d)
     if (g.o_first[d] != 0 || g.o_step[d] != 1 || g.yk[d] != g.out[d]) return false;
-  const int32_t v = elem == 8 ? 2 : 4;
+  const int32_t v = dw_vector(elem, true);  // 8 bytes for half types: the 9 taps' weights stay 36 floats
   if (elem != 2 && elem != 4 && elem != 8) return false;
   if (C % v != 0) return false;
   const int64_t vectors = C / v, columns = vectors * g.out[2];
@@ -106,27 +99,27 @@ __device__ __forceinline__ void dw_stream_row(RawWords<T, V> (&dst)[K], const T*
   const int64_t base = ((image * IH + iy) * IW + ix0) * C + ch;
 #pragma unroll
   for (int kx = 0; kx < K; ++kx) {
-    RawWords<T, V> r;
-#pragma unroll
-    for (int i = 0; i < static_cast<int>(sizeof(r.v) / sizeof(r.v[0])); ++i) r.v[i] = 0;
+    RawWords<T, V> r{};
     if (row_ok && col_ok[kx]) r = load_raw<T, V>(x + base + kx * C);
     dst[kx] = r;
   }
 }
 
-// Asks L2 for the input row iy under output column ox (its columns up to the
-// stride along W, so that a row's threads cover every pixel).
-template <int K>
-__device__ __forceinline__ void dw_stream_prefetch(const void* row, int32_t iy, int32_t IH, int64_t pixel,
-                                                   int32_t sx, const bool (&col_ok)[K]) {
+// Asks L2 for input row iy under a thread's window (its first columns, up to
+// the stride along W, so that a row's threads cover every pixel); `base` is
+// the offset of the window's first column in that row, as dw_stream_row's.
+template <typename T, int K>
+__device__ __forceinline__ void dw_stream_prefetch(const T* __restrict__ x, int64_t image, int32_t iy,
+                                                   int32_t ix0, const bool (&col_ok)[K], int32_t IH, int32_t IW,
+                                                   int64_t C, int64_t ch, int32_t sx) {
 #if defined(__CUDA_ARCH__)
   if (static_cast<uint32_t>(iy) >= static_cast<uint32_t>(IH)) return;
+  const int64_t base = ((image * IH + iy) * IW + ix0) * C + ch;
 #pragma unroll
   for (int kx = 0; kx < K; ++kx)
-    if (kx < sx && col_ok[kx])
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(row) + kx * pixel));
+    if (kx < sx && col_ok[kx]) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + base + kx * C));
 #else
-  (void)row, (void)iy, (void)IH, (void)pixel, (void)sx, (void)col_ok;
+  (void)x, (void)image, (void)iy, (void)ix0, (void)col_ok, (void)IH, (void)IW, (void)C, (void)ch, (void)sx;
 #endif
 }
 
@@ -138,8 +131,8 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
                                                  TY* __restrict__ y, const DwGeom& g, const DwStreamPlan& s,
                                                  int64_t C, int64_t block, int32_t tid) {
   using A = typename Acc<T>::type;
-  using Raw = RawWords<T, dw_stream_vector<T>()>;
-  constexpr int K = kDwStreamK, V = dw_stream_vector<T>();
+  constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true);
+  using Raw = RawWords<T, V>;
   constexpr int KEEP = K > SY ? K - SY : 0, NEW = K - KEEP;  // window rows kept, loaded a step
 
   int32_t b = static_cast<int32_t>(block), cb, rt;
@@ -176,9 +169,7 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
   const auto prefetch_step = [&](int32_t step) {
     const int32_t ip = step * SY - g.pad[1] + KEEP;
 #pragma unroll
-    for (int i = 0; i < NEW; ++i)
-      dw_stream_prefetch<K>(x + ((image * IH + ip + i) * IW + ix0) * C + ch, ip + i, IH, C * sizeof(T), g.stride[2],
-                            col_ok);
+    for (int i = 0; i < NEW; ++i) dw_stream_prefetch<T, K>(x, image, ip + i, ix0, col_ok, IH, IW, C, ch, g.stride[2]);
   };
   for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
 
