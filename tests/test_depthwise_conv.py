@@ -290,12 +290,13 @@ def test_forced_depthwise_refuses_grouped():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
-def test_filter_gradient_is_deterministic():
+@pytest.mark.parametrize("k", [7, 3], ids=["tiles-7x7", "stream-3x3"])
+def test_filter_gradient_is_deterministic(k):
   """The filter gradient sums fixed slices in a fixed order: the same bits
-  on every run."""
+  on every run (3x3: the streamed kernel, depthwise_stream_filter.cuh)."""
   kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
                 feature_group_count=96)
-  x, w = operands(8, (56, 56), 96, (7, 7), True, F32, 3)
+  x, w = operands(8, (56, 56), 96, (k, k), True, F32, 3)
   ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56, 56, 96)), jnp.float32)
   with depthwise_on("gpu"):
     dw = jax.jit(lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kwargs), w)[1](ct)[0])

@@ -7,6 +7,7 @@
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_launch.h"
 #include "conv/depthwise/depthwise_stream.cuh"
+#include "conv/depthwise/depthwise_stream_filter.cuh"
 #include "conv/direct/direct_util.cuh"
 
 namespace im2col::cuda {
@@ -98,9 +99,15 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
   if (f.count != n * f.per_image || f.per_image * f.rows < g.out[0]) return cudaErrorInvalidValue;
   const size_t acc = type == DataType::F64 ? 8 : 4;
   const DwGeom dg = dw_lift(g);
+  int64_t slices = f.count;
+  DwStreamFilterPlan s;
   DwFilterTile t;
   cudaError_t e;
-  if (switch_on(Switch::kDwTiles) &&
+  if (channels_last && switch_on(Switch::kDwStream) && plan_dw_stream_filter(dg, f, n, c, elem, &s) &&
+      dw_stream_rows_pay(dg, s.f.rows) && aligned_to(x, 8) && aligned_to(dy, 8)) {
+    e = dw_filter_stream(type, dy, x, partials, dg, s, c, stream);
+    slices = s.f.count;
+  } else if (switch_on(Switch::kDwTiles) &&
       plan_dw_filter_tile(dg, f, c, channels_last, elem, acc, switch_on(Switch::kDwRing),
                           switch_on(Switch::kDwNarrowRuns), &t)) {
     const int32_t v = dw_vector(elem, true);
@@ -123,7 +130,7 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
     using A = typename Acc<T>::type;
     const int64_t elements = c * g.kernel_size;
     dw_filter_reduce_kernel<T, A><<<static_cast<unsigned>((elements + 31) / 32), dim3(32, kDwReduceLanes), 0, stream>>>(
-        static_cast<const A*>(partials), static_cast<T*>(dw), c, g.kernel_size, f.count);
+        static_cast<const A*>(partials), static_cast<T*>(dw), c, g.kernel_size, slices);
     return cudaGetLastError();
   });
 }

@@ -1,5 +1,5 @@
 // The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
-// depthwise_filter_{cl,cf}.cu, depthwise_stream.cu: one compilation each, so
+// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu: one compilation each, so
 // that the build runs them side by side), called by depthwise_conv.cu with their plans.
 #pragma once
 
@@ -24,6 +24,12 @@ cudaError_t dw_forward_tiles_cf(xla::ffi::DataType in, xla::ffi::DataType out, c
 struct DwStreamPlan;
 cudaError_t dw_forward_stream(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
                               const DwGeom& g, const DwStreamPlan& s, int64_t c, cudaStream_t stream);
+
+// The filter gradient's partial sums over the stream's slices s.f, streamed
+// down the rows (depthwise_stream_filter.cuh; plan_dw_stream_filter took it).
+struct DwStreamFilterPlan;
+cudaError_t dw_filter_stream(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
+                             const DwGeom& g, const DwStreamFilterPlan& s, int64_t c, cudaStream_t stream);
 
 // The filter gradient's partial sums over slices f (tile t).
 cudaError_t dw_filter_tiles_cl(xla::ffi::DataType type, const void* dy, const void* x, void* partials,

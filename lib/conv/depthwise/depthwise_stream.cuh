@@ -46,18 +46,25 @@ struct DwStreamPlan {
 // Whether the streaming kernel takes phases p of n images with C channels of
 // elem bytes (channels-last; the caller checks the layout and alignment),
 // and its plan: rows halved from whole columns until the grid fills the GPU.
-inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStreamPlan* out) {
-  if (p.count != 1 || n < 1) return false;
-  const DwGeom& g = p.g[0];
+// Whether g with C channels of elem bytes is in the streaming kernels'
+// domain: 2-D 3 x 3 windows at unit dilation, stride 1 or 2 along H, any
+// along W, identity output map, whole channel vectors of v.
+inline bool dw_stream_domain(const DwGeom& g, int64_t C, size_t elem, int32_t v) {
   if (g.nd != 2 || g.zero != 0 || g.out[1] < 1 || g.out[2] < 1) return false;
   if (g.kernel[1] != kDwStreamK || g.kernel[2] != kDwStreamK || g.dil[1] != 1 || g.dil[2] != 1) return false;
   if (g.stride[1] < 1 || g.stride[1] > 2 || g.stride[2] < 1) return false;
   for (int d = 1; d < 3; ++d)
     if (g.o_first[d] != 0 || g.o_step[d] != 1 || g.yk[d] != g.out[d]) return false;
-  const int32_t v = dw_vector(elem, true);  // 8 bytes for half types: the 9 taps' weights stay 36 floats
   if (elem != 2 && elem != 4 && elem != 8) return false;
-  if (C % v != 0) return false;
-  const int64_t vectors = C / v, columns = vectors * g.out[2];
+  return C >= 1 && C % v == 0;
+}
+
+inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStreamPlan* out) {
+  if (p.count != 1 || n < 1) return false;
+  const DwGeom& g = p.g[0];
+  // 8 bytes for half types: the 9 taps' weights stay 36 floats.
+  if (!dw_stream_domain(g, C, elem, dw_vector(elem, true))) return false;
+  const int64_t vectors = C / dw_vector(elem, true), columns = vectors * g.out[2];
   if (columns >= (int64_t{1} << 30)) return false;
   DwStreamPlan s;
   s.vectors = static_cast<int32_t>(vectors);
@@ -78,16 +85,17 @@ inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   return true;
 }
 
-// Whether streaming g pays under plan s: the window's warm-up rows (K - SY
-// a thread, re-read by the tile above) are at most a quarter of the input
-// rows a thread walks. Measured (H200, bfloat16, MobileNetV2's layers at
-// batch 64): 28x28 maps at stride 1 walk 4 rows a thread (1.5x the reads)
-// and took 1.07-1.14x the tiled kernel's time; larger maps and stride 2,
-// 0.59-0.86x.
-inline bool dw_stream_pays(const DwGeom& g, const DwStreamPlan& s) {
+// Whether streaming g pays where a thread walks `rows` output rows: the
+// window's warm-up rows (K - SY, re-read by the rows above) are at most a
+// quarter of the input rows it walks. Measured (H200, bfloat16,
+// MobileNetV2's layers at batch 64): 28x28 maps at stride 1 walk 4 rows a
+// thread (1.5x the reads) and took 1.07-1.14x the tiled kernel's time;
+// larger maps and stride 2, 0.59-0.86x.
+inline bool dw_stream_rows_pay(const DwGeom& g, int64_t rows) {
   const int32_t warm_up = kDwStreamK > g.stride[1] ? kDwStreamK - g.stride[1] : 0;
-  return 4 * int64_t{warm_up} <= int64_t{s.rows} * g.stride[1];
+  return 4 * int64_t{warm_up} <= rows * g.stride[1];
 }
+inline bool dw_stream_pays(const DwGeom& g, const DwStreamPlan& s) { return dw_stream_rows_pay(g, s.rows); }
 
 // The K input vectors of input row iy under output column ox (zeros outside
 // the image).

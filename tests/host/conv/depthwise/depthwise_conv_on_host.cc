@@ -21,12 +21,14 @@
 // slice's bounds along H and W (sums rows of the next slice): 4, only since
 // the filter tiles are also shrunk at random (before that: 0, a gap).
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
 #include "host_cuda.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_stream.cuh"
+#include "conv/depthwise/depthwise_stream_filter.cuh"
 #include "host_reference.h"
 
 using namespace im2col;
@@ -34,7 +36,7 @@ using namespace im2col::cuda;
 
 namespace {
 
-int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0;
+int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0, streamed_filter = 0;
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
@@ -297,12 +299,41 @@ void run_filter_kc(const T* dy, const T* x, typename Acc<T>::type* partials, con
   else run_filter_tiles<CL, 0, KC, T>(dy, x, partials, g, t, f, C);
 }
 
-template <bool CL, typename T>
-bool filter_case(int nd) {
+// Runs every thread of a streamed filter-gradient launch on the host, then
+// each thread's share of the block's partial sums; half the time with
+// narrower channel runs, fewer column lanes and more slices than planned
+// (so runs end short, lanes walk several columns, slices end short).
+template <int SY, typename T>
+void run_stream_filter(const T* dy, const T* x, std::vector<typename Acc<T>::type>& partials, const DwGeom& g,
+                       DwStreamFilterPlan& s, int64_t N, int64_t C) {
   using A = typename Acc<T>::type;
-  const Geometry g = random_geometry(nd);
+  if (draw(0, 1) == 0) {
+    s.nvb = draw(1, s.nvb);
+    s.runs = (s.vectors + s.nvb - 1) / s.nvb;
+    s.lanes = draw(1, std::min(g.out[2], kDwStreamThreads / s.nvb));
+    s.threads = s.nvb * s.lanes;
+    s.f = filter_slices(N, g.out[1], draw(1, static_cast<int>(s.f.rows)));
+    s.blocks = s.runs * s.f.count;
+    s.by_nvb = FastDiv(s.nvb);
+    s.by_runs = FastDiv(s.runs);
+    s.by_per_image = FastDiv(s.f.per_image);
+    partials.assign(s.f.count * kDwStreamK * kDwStreamK * C, A(-999));
+  }
+  constexpr int P = dw_stream_filter_pitch<T>();
+  std::vector<A> sums(static_cast<size_t>(s.threads) * P, A(-555));
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    for (int32_t tid = 0; tid < s.threads; ++tid)
+      dw_stream_filter_thread<SY, T>(dy, x, g, s, C, b, tid, sums.data() + static_cast<size_t>(tid) * P);
+    for (int32_t tid = 0; tid < s.threads; ++tid) dw_stream_filter_write<T>(sums.data(), partials.data(), s, C, b, tid);
+  }
+}
+
+template <bool CL, typename T>
+bool filter_case(int nd, bool stream_domain = false) {
+  using A = typename Acc<T>::type;
+  const Geometry g = random_geometry(nd, stream_domain);
   if (g.out_size == 0) return true;
-  const int64_t N = draw(1, 2), C = draw_channels();
+  const int64_t N = draw(1, 2), C = draw_channels(stream_domain);
   const int64_t K = g.kernel_size;
   const Options o = random_options();
   const auto x = random_values<T>(N * C * g.in_size);
@@ -322,11 +353,23 @@ bool filter_case(int nd) {
   } else {
     rows = draw(0, 1) == 0 ? draw(1, static_cast<int>(g.out[0]) + 1) : g.out[0];
   }
-  const FilterSlices f = filter_slices(N, g.out[0], rows);
+  FilterSlices f = filter_slices(N, g.out[0], rows);
   std::vector<A> partials(f.count * K * C, A(-999));
   const DwGeom dg = dw_lift(g);
   DwFilterTile t;
-  if (!o.gather && plan_dw_filter_tile(dg, f, C, CL, sizeof(T), sizeof(A), o.ring, o.narrow, &t, o.budget)) {
+  DwStreamFilterPlan sp;
+  if (CL && o.stream && !o.gather && plan_dw_stream_filter(dg, f, N, C, sizeof(T), &sp)) {
+    // The stream's slices: no more an image than the call's.
+    if (sp.f.per_image > f.per_image) {
+      describe("stream slices past the workspace", g, N, C, CL, sizeof(T), o);
+      return false;
+    }
+    ++streamed_filter;
+    if (dg.stride[1] == 1) run_stream_filter<1, T>(dy.data(), x.data(), partials, dg, sp, N, C);
+    else run_stream_filter<2, T>(dy.data(), x.data(), partials, dg, sp, N, C);
+    f = sp.f;
+    partials.resize(f.count * K * C);
+  } else if (!o.gather && plan_dw_filter_tile(dg, f, C, CL, sizeof(T), sizeof(A), o.ring, o.narrow, &t, o.budget)) {
     t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
     if (draw(0, 1) == 0) {
       // Tiles smaller than planned, in rows and columns: a slice's last tile
@@ -406,7 +449,11 @@ void layout_cases(Tally& run, int nd) {
     run(backward_case<CL, double>(nd));
     run(filter_case<CL, double>(nd));
   }
-  if (CL && nd == 2) {  // the streaming kernel's domain
+  if (CL && nd == 2) {  // the streaming kernels' domain
+    run(filter_case<CL, float>(nd, true));
+    run(filter_case<CL, __nv_bfloat16>(nd, true));
+    run(filter_case<CL, __half>(nd, true));
+    run(filter_case<CL, double>(nd, true));
     run(forward_case<CL, float, float>(nd, true));
     run(forward_case<CL, __nv_bfloat16, __nv_bfloat16>(nd, true));
     run(forward_case<CL, __half, float>(nd, true));
@@ -418,16 +465,18 @@ void layout_cases(Tally& run, int nd) {
 }
 
 // Where depthwise_conv.cu streams MobileNetV2's bfloat16 3x3 layers (batch
-// 64, SAME): the maps whose threads walk enough rows (dw_stream_pays), as
-// measured, and never the tiles' remaining cases.
+// 64, SAME): the forwards whose threads walk enough rows (dw_stream_pays), as
+// measured, and never the tiles' remaining cases; the filter gradients whose
+// slices (within the call's) walk enough rows.
 void stream_choices(Tally& run) {
   struct Layer {
     int64_t size, c, stride;
-    bool streamed;
+    bool streamed, filter_streamed;
   };
-  for (const Layer& l : {Layer{112, 32, 1, true}, Layer{112, 96, 2, true}, Layer{56, 144, 1, true},
-                         Layer{56, 144, 2, true}, Layer{28, 192, 1, false}, Layer{28, 192, 2, true},
-                         Layer{14, 384, 1, false}, Layer{7, 960, 1, false}}) {
+  for (const Layer& l : {Layer{112, 32, 1, true, true}, Layer{112, 96, 2, true, true}, Layer{56, 144, 1, true, true},
+                         Layer{56, 144, 2, true, true}, Layer{28, 192, 1, false, true},
+                         Layer{28, 192, 2, true, true}, Layer{14, 384, 1, false, true},
+                         Layer{14, 576, 2, true, true}, Layer{7, 960, 1, false, false}}) {
     Geometry g;
     g.nd = 2;
     const int64_t pad_hi[kMaxSpatial] = {1, 1, 0};
@@ -449,6 +498,21 @@ void stream_choices(Tally& run) {
                   static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
                   static_cast<long long>(l.stride), planned, streamed, s.rows);
     run(planned && streamed == l.streamed);
+    const DwFilterPlan fp = depthwise_filter_plan(64, 2, g.out, l.c, 9, 2, false, true, int64_t{1} << 30);
+    DwStreamFilterPlan sf;
+    const bool filter_planned = plan_dw_stream_filter(p.g[0], filter_slices(64, g.out[0], fp.rows), 64, l.c, 2, &sf);
+    const bool filter_streamed = filter_planned && dw_stream_rows_pay(p.g[0], sf.f.rows);
+    if (!filter_planned || filter_streamed != l.filter_streamed)
+      std::printf("FAIL: filter stream choice for %lldx%lldx%lld stride %lld: planned %d, streamed %d (rows %lld)\n",
+                  static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
+                  static_cast<long long>(l.stride), filter_planned, filter_streamed,
+                  static_cast<long long>(sf.f.rows));
+    if (std::getenv("DW_PLANS"))
+      std::printf("%lldx%lld s%lld: call rows %lld; stream rows %lld, runs %d of %d vectors, lanes %d, threads %d, "
+                  "blocks %lld\n", static_cast<long long>(l.size), static_cast<long long>(l.c),
+                  static_cast<long long>(l.stride), static_cast<long long>(fp.rows), static_cast<long long>(sf.f.rows),
+                  sf.runs, sf.nvb, sf.lanes, sf.threads, static_cast<long long>(sf.blocks));
+    run(filter_planned && filter_streamed == l.filter_streamed);
   }
 }
 
@@ -465,7 +529,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
-              "%d streamed runs\n", ran_forward, ran_backward, ran_filter, staged, gathered, streamed);
+              "%d streamed runs, %d streamed filter gradients\n", ran_forward, ran_backward, ran_filter, staged, gathered,
+              streamed, streamed_filter);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
               ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);
