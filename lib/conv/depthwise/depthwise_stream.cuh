@@ -3,8 +3,8 @@
 // channels at one output column, holds its channels' 9 weights and the 3 x 3
 // input vectors under its current output in registers, and walks `rows`
 // output rows, loading each step only the input rows the window slides onto
-// (one at stride 1, two at stride 2), those of the next steps
-// (dw_stream_ahead) while it computes this one. No shared memory and no barrier: at 9 FMAs per element moved these
+// (one at stride 1, two at stride 2), the next step's while it computes this
+// one. No shared memory and no barrier: at 9 FMAs per element moved these
 // layers are memory-bound, and the tiled kernel's rounds of stage, wait and
 // compute left DRAM idle between them (1.0-1.5 TB/s on an H200). The threads
 // of a warp hold neighbouring vectors of one pixel, then neighbouring
@@ -13,7 +13,7 @@
 // Also the unit-stride input gradient: its one phase (dw_phase) is a forward
 // of dy whose weight map flips the filter; the output map must be the
 // identity. No XLA headers: the host tests run dw_stream_thread thread by
-// thread (tests/host/conv/depthwise/depthwise_conv_on_host.cc).
+// thread (tests/host/conv/depthwise/depthwise_stream_on_host.cc).
 #pragma once
 
 #include <cstdint>
@@ -96,28 +96,6 @@ inline bool dw_stream_rows_pay(const DwGeom& g, int64_t rows) {
   return 4 * int64_t{warm_up} <= rows * g.stride[1];
 }
 inline bool dw_stream_pays(const DwGeom& g, const DwStreamPlan& s) { return dw_stream_rows_pay(g, s.rows); }
-
-// Steps whose input rows a thread holds in registers before it computes
-// them: two where a step loads one row of vectors of at most 8 bytes (stride
-// 1 along H, half types; the filter gradient's vectors), else one (the
-// registers of two blocks an SM). At one, a step of a stride-1 layer waited
-// for its row's loads: 0.9-1.2 TB/s on an H200, against 1.8 TB/s where a
-// step loads two rows (stride 2).
-template <int SY, int WORDS>
-constexpr int dw_stream_ahead() {
-  return SY == 1 && WORDS <= 2 ? 2 : 1;
-}
-
-// next[a] = next[a + 1]: the steps held ahead move up one.
-template <typename Raw, int AHEAD, int NEW, int K>
-__device__ __forceinline__ void dw_stream_shift(Raw (&next)[AHEAD][NEW][K]) {
-#pragma unroll
-  for (int a = 0; a + 1 < AHEAD; ++a)
-#pragma unroll
-    for (int i = 0; i < NEW; ++i)
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx) next[a][i][kx] = next[a + 1][i][kx];
-}
 
 // The K input vectors of input row iy under output column ox (zeros outside
 // the image).
@@ -203,19 +181,12 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
   };
   for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
 
-  constexpr int AHEAD = dw_stream_ahead<SY, sizeof(Raw) / 4>();
-  Raw win[K][K], next[AHEAD][NEW][K] = {};
-  const auto load_step = [&](Raw(&dst)[NEW][K], int32_t step) {
-    const int32_t iy = step * SY - g.pad[1] + KEEP;
-#pragma unroll
-    for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(dst[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
-  };
+  Raw win[K][K], next[NEW][K];
   const int32_t iy0 = oy0 * SY - g.pad[1];
 #pragma unroll
   for (int i = 0; i < KEEP; ++i) dw_stream_row<T, V, K>(win[i], x, image, iy0 + i, ix0, col_ok, IH, IW, C, ch);
 #pragma unroll
-  for (int a = 0; a < AHEAD; ++a)
-    if (a == 0 || oy0 + a < oy_end) load_step(next[a], oy0 + a);
+  for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy0 + KEEP + i, ix0, col_ok, IH, IW, C, ch);
 
   TY* yp = y + ((image * OH + oy0) * OW + ox) * C + ch;
   const int64_t y_row = int64_t{OW} * C;
@@ -224,10 +195,13 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
 #pragma unroll
     for (int i = 0; i < NEW; ++i)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[0][i][kx];
-    dw_stream_shift(next);
-    if (oy + AHEAD < oy_end) load_step(next[AHEAD - 1], oy + AHEAD);
-    if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
+      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[i][kx];
+    if (oy + 1 < oy_end) {
+      const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
+#pragma unroll
+      for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+      if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
+    }
     A acc[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) acc[e] = A(0);

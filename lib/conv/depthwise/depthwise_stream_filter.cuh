@@ -122,34 +122,29 @@ __device__ __forceinline__ void dw_stream_filter_column(A (&acc)[kDwStreamK][kDw
   };
   for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
 
-  // The window rows, and the dy vector as a fourth "row" of next (one
-  // vector in column 0): both move up together.
-  constexpr int AHEAD = dw_stream_ahead<SY, sizeof(Raw) / 4>();
-  Raw win[K][K], next[AHEAD][NEW + 1][K] = {};
-  const auto load_step = [&](Raw(&dst)[NEW + 1][K], int32_t step) {
-    const int32_t iy = step * SY - g.pad[1] + KEEP;
-#pragma unroll
-    for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(dst[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
-    dst[NEW][0] = load_raw<T, V>(dyp + (step - oy0) * dy_row);
-  };
+  Raw win[K][K], next[NEW][K];
   const int32_t iy0 = oy0 * SY - g.pad[1];
 #pragma unroll
   for (int i = 0; i < KEEP; ++i) dw_stream_row<T, V, K>(win[i], x, image, iy0 + i, ix0, col_ok, IH, IW, C, ch);
 #pragma unroll
-  for (int a = 0; a < AHEAD; ++a)
-    if (a == 0 || oy0 + a < oy_end) load_step(next[a], oy0 + a);
+  for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy0 + KEEP + i, ix0, col_ok, IH, IW, C, ch);
+  Raw d_next = load_raw<T, V>(dyp);
 
 #pragma unroll 1
   for (int32_t oy = oy0; oy < oy_end; ++oy) {
 #pragma unroll
     for (int i = 0; i < NEW; ++i)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[0][i][kx];
+      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[i][kx];
     Pack<T, V> d;
-    std::memcpy(&d, &next[0][NEW][0], sizeof(d));
-    dw_stream_shift(next);
-    if (oy + AHEAD < oy_end) load_step(next[AHEAD - 1], oy + AHEAD);
-    if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
+    std::memcpy(&d, &d_next, sizeof(d));
+    if (oy + 1 < oy_end) {
+      const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
+#pragma unroll
+      for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+      d_next = load_raw<T, V>(dyp + (oy + 1 - oy0) * dy_row);
+      if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
+    }
     A dv[V];
 #pragma unroll
     for (int e = 0; e < V; ++e) dv[e] = static_cast<A>(to_acc(d.v[e]));
