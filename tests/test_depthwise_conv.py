@@ -290,14 +290,14 @@ def test_forced_depthwise_refuses_grouped():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
-@pytest.mark.parametrize("k", [7, 3], ids=["tiles-7x7", "stream-3x3"])
-def test_filter_gradient_is_deterministic(k):
+@pytest.mark.parametrize("k,stride", [(7, 1), (3, 2)], ids=["tiles-7x7", "stream-3x3-s2"])
+def test_filter_gradient_is_deterministic(k, stride):
   """The filter gradient sums fixed slices in a fixed order: the same bits
-  on every run (3x3: the streamed kernel, depthwise_stream_filter.cuh)."""
-  kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+  on every run (3x3 stride 2: the streamed kernel, depthwise_stream_filter.cuh)."""
+  kwargs = dict(window_strides=(stride, stride), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
                 feature_group_count=96)
   x, w = operands(8, (56, 56), 96, (k, k), True, F32, 3)
-  ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56, 56, 96)), jnp.float32)
+  ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56 // stride, 56 // stride, 96)), jnp.float32)
   with depthwise_on("gpu"):
     dw = jax.jit(lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kwargs), w)[1](ct)[0])
     first = np.asarray(dw(x, w, ct))

@@ -13,7 +13,7 @@
 // Also the unit-stride input gradient: its one phase (dw_phase) is a forward
 // of dy whose weight map flips the filter; the output map must be the
 // identity. No XLA headers: the host tests run dw_stream_thread thread by
-// thread (tests/host/conv/depthwise/depthwise_stream_on_host.cc).
+// thread (tests/host/conv/depthwise/depthwise_conv_on_host.cc).
 #pragma once
 
 #include <cstdint>
