@@ -31,7 +31,8 @@ constexpr int64_t kDwStreamFilterRows = 16;
 
 // Elements a thread's vector: 8 bytes (4 half, 2 float32, 1 float64
 // channels), so that the 9 taps' sums, the window and the next row's loads
-// stay within the 128 registers of two blocks an SM (16 bytes spilled).
+// fit the 128 registers of two blocks an SM: 96-128, 4 bytes spilled by the
+// half types at stride 2 (16-byte float32 vectors spilled 16-120 bytes).
 constexpr int32_t dw_stream_filter_vector(size_t elem_bytes) { return static_cast<int32_t>(8 / elem_bytes); }
 
 struct DwStreamFilterPlan {
@@ -90,9 +91,10 @@ inline bool plan_dw_stream_filter(const DwGeom& g, const FilterSlices& call, int
 // Whether streaming pays for g's filter gradient under plan s: at stride 2
 // along H, where the slices walk enough rows (dw_stream_rows_pay). Measured
 // (H200, bfloat16, MobileNetV2's layers at batch 64, against the tiles in
-// the same build): stride 2, 105-111 us against 164-167 (112x112x96); stride
-// 1, 108-172 us against 112 (112x112x32) and 118-135 against 122 (56x56x144),
-// relative to XLA's time in the same run 1.13-1.9x against 1.13-1.27x.
+// the same build, XLA's time in each run): stride 2, 105 us against 164
+// (112x112x96; own / XLA 0.78 against 1.08); stride 1, 108 against 112
+// (112x112x32; 1.30 against 1.16) and 135 against 122 (56x56x144; 1.43
+// against 1.13).
 inline bool dw_stream_filter_pays(const DwGeom& g, const DwStreamFilterPlan& s) {
   return g.stride[1] == 2 && dw_stream_rows_pay(g, s.f.rows);
 }
