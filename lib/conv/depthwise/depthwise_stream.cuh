@@ -15,6 +15,9 @@
 // identity. No XLA headers: the host tests run dw_stream_thread thread by
 // thread (tests/host/conv/depthwise/depthwise_conv_on_host.cc).
 #pragma once
+#ifndef UNROLL_ROWS
+#define UNROLL_ROWS 3
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -97,38 +100,69 @@ inline bool dw_stream_rows_pay(const DwGeom& g, int64_t rows) {
 }
 inline bool dw_stream_pays(const DwGeom& g, const DwStreamPlan& s) { return dw_stream_rows_pay(g, s.rows); }
 
-// The K input vectors of input row iy under output column ox (zeros outside
-// the image).
+// The input under one thread's window column: its K input columns from ix0
+// (those inside the image in col_ok), addressed from the element offset of
+// column ix0 in row 0 of the image, a row every row_elems elements.
 template <typename T, int V, int K>
-__device__ __forceinline__ void dw_stream_row(RawWords<T, V> (&dst)[K], const T* __restrict__ x, int64_t image,
-                                              int32_t iy, int32_t ix0, const bool (&col_ok)[K], int32_t IH,
-                                              int32_t IW, int64_t C, int64_t ch) {
-  const bool row_ok = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH);
-  const int64_t base = ((image * IH + iy) * IW + ix0) * C + ch;
+struct DwStreamColumn {
+  const T* __restrict__ x;
+  int64_t col_base, row_elems, C;
+  int32_t IH, sx;
+  bool col_ok[K];
+
+  __device__ __forceinline__ DwStreamColumn(const T* __restrict__ x_, const DwGeom& g, int64_t image, int64_t C_,
+                                            int64_t ch, int32_t ix0)
+      : x(x_), row_elems(int64_t{g.in[2]} * C_), C(C_), IH(g.in[1]), sx(g.stride[2]) {
+    col_base = (image * g.in[1] * int64_t{g.in[2]} + ix0) * C_ + ch;
 #pragma unroll
-  for (int kx = 0; kx < K; ++kx) {
-    RawWords<T, V> r{};
-    if (row_ok && col_ok[kx]) r = load_raw<T, V>(x + base + kx * C);
-    dst[kx] = r;
+    for (int kx = 0; kx < K; ++kx) col_ok[kx] = static_cast<uint32_t>(ix0 + kx) < static_cast<uint32_t>(g.in[2]);
   }
+
+  // The K vectors of input row iy (zeros outside the image).
+  __device__ __forceinline__ void load(RawWords<T, V> (&dst)[K], int32_t iy) const {
+    const bool row_ok = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH);
+    const int64_t base = col_base + iy * row_elems;
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      RawWords<T, V> r{};
+      if (row_ok && col_ok[kx]) r = load_raw<T, V>(x + base + kx * C);
+      dst[kx] = r;
+    }
+  }
+
+  // Asks L2 for input row iy (the window's first columns, up to the stride
+  // along W, so that a row's threads cover every pixel).
+  __device__ __forceinline__ void prefetch(int32_t iy) const {
+#if defined(__CUDA_ARCH__)
+    if (static_cast<uint32_t>(iy) >= static_cast<uint32_t>(IH)) return;
+    const int64_t base = col_base + iy * row_elems;
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx)
+      if (kx < sx && col_ok[kx]) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + base + kx * C));
+#else
+    (void)iy;
+#endif
+  }
+};
+
+// Row steps a thread's loop is unrolled by: at stride 1 by the window's
+// height, so that its rows rotate through register names instead of moving
+// (18 moves a step); at stride 2 not (the registers: 24 bytes spilled).
+template <int SY>
+constexpr int dw_stream_unroll() {
+  return SY == 1 ? kDwStreamK : 1;
 }
 
-// Asks L2 for input row iy under a thread's window (its first columns, up to
-// the stride along W, so that a row's threads cover every pixel); `base` is
-// the offset of the window's first column in that row, as dw_stream_row's.
-template <typename T, int K>
-__device__ __forceinline__ void dw_stream_prefetch(const T* __restrict__ x, int64_t image, int32_t iy,
-                                                   int32_t ix0, const bool (&col_ok)[K], int32_t IH, int32_t IW,
-                                                   int64_t C, int64_t ch, int32_t sx) {
-#if defined(__CUDA_ARCH__)
-  if (static_cast<uint32_t>(iy) >= static_cast<uint32_t>(IH)) return;
-  const int64_t base = ((image * IH + iy) * IW + ix0) * C + ch;
+// Converts a row's K loaded vectors to accumulator values, once each.
+template <typename T, typename A, int V, int K>
+__device__ __forceinline__ void dw_stream_convert(A (&dst)[K][V], const RawWords<T, V> (&src)[K]) {
 #pragma unroll
-  for (int kx = 0; kx < K; ++kx)
-    if (kx < sx && col_ok[kx]) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + base + kx * C));
-#else
-  (void)x, (void)image, (void)iy, (void)ix0, (void)col_ok, (void)IH, (void)IW, (void)C, (void)ch, (void)sx;
-#endif
+  for (int kx = 0; kx < K; ++kx) {
+    Pack<T, V> p;
+    std::memcpy(&p, &src[kx], sizeof(p));
+#pragma unroll
+    for (int e = 0; e < V; ++e) dst[kx][e] = static_cast<A>(to_acc(p.v[e]));
+  }
 }
 
 // Thread `tid` of block `block` (blocks: column block fastest, then row
@@ -152,7 +186,7 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
   int32_t ox, vec;
   s.by_vectors.divmod(col, ox, vec);
   const int64_t ch = int64_t{vec} * V;
-  const int32_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2];
+  const int32_t OH = g.out[1], OW = g.out[2];
   const int32_t oy0 = rt * s.rows, oy_end = min(OH, oy0 + s.rows);
 
   A wt[K][K][V];
@@ -167,39 +201,39 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
       for (int e = 0; e < V; ++e) wt[ky][kx][e] = static_cast<A>(to_acc(w[(ch + e) * wsize + tap]));
     }
 
-  const int32_t ix0 = ox * g.stride[2] - g.pad[2];
-  bool col_ok[K];
-#pragma unroll
-  for (int kx = 0; kx < K; ++kx) col_ok[kx] = static_cast<uint32_t>(ix0 + kx) < static_cast<uint32_t>(IW);
-
+  const DwStreamColumn<T, V, K> column(x, g, image, C, ch, ox * g.stride[2] - g.pad[2]);
   // The rows a step loads, asked of L2 kDwStreamPrefetch steps ahead: those
   // of the first steps here, each later one's in the loop.
   const auto prefetch_step = [&](int32_t step) {
-    const int32_t ip = step * SY - g.pad[1] + KEEP;
 #pragma unroll
-    for (int i = 0; i < NEW; ++i) dw_stream_prefetch<T, K>(x, image, ip + i, ix0, col_ok, IH, IW, C, ch, g.stride[2]);
+    for (int i = 0; i < NEW; ++i) column.prefetch(step * SY - g.pad[1] + KEEP + i);
   };
   for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
 
-  Raw win[K][K], next[NEW][K];
+  // The window as accumulator values, each element converted once as it
+  // enters; the next step's rows held as loaded.
+  A win[K][K][V];
+  Raw next[NEW][K];
   const int32_t iy0 = oy0 * SY - g.pad[1];
 #pragma unroll
-  for (int i = 0; i < KEEP; ++i) dw_stream_row<T, V, K>(win[i], x, image, iy0 + i, ix0, col_ok, IH, IW, C, ch);
+  for (int i = 0; i < KEEP; ++i) {
+    Raw r[K];
+    column.load(r, iy0 + i);
+    dw_stream_convert<T, A, V, K>(win[i], r);
+  }
 #pragma unroll
-  for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy0 + KEEP + i, ix0, col_ok, IH, IW, C, ch);
+  for (int i = 0; i < NEW; ++i) column.load(next[i], iy0 + KEEP + i);
 
   TY* yp = y + ((image * OH + oy0) * OW + ox) * C + ch;
   const int64_t y_row = int64_t{OW} * C;
-#pragma unroll 1
+#pragma unroll(dw_stream_unroll<SY>())
   for (int32_t oy = oy0; oy < oy_end; ++oy, yp += y_row) {
 #pragma unroll
-    for (int i = 0; i < NEW; ++i)
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[i][kx];
+    for (int i = 0; i < NEW; ++i) dw_stream_convert<T, A, V, K>(win[KEEP + i], next[i]);
     if (oy + 1 < oy_end) {
       const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
 #pragma unroll
-      for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+      for (int i = 0; i < NEW; ++i) column.load(next[i], iy + i);
       if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
     }
     A acc[V];
@@ -208,12 +242,9 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
 #pragma unroll
     for (int ky = 0; ky < K; ++ky)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) {
-        Pack<T, V> p;
-        std::memcpy(&p, &win[ky][kx], sizeof(p));
+      for (int kx = 0; kx < K; ++kx)
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] += wt[ky][kx][e] * static_cast<A>(to_acc(p.v[e]));
-      }
+        for (int e = 0; e < V; ++e) acc[e] += wt[ky][kx][e] * win[ky][kx][e];
     Pack<TY, V> out;
 #pragma unroll
     for (int e = 0; e < V; ++e) out.v[e] = store_value<TY>(acc[e]);
@@ -221,7 +252,9 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
 #pragma unroll
     for (int i = 0; i < KEEP; ++i)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[i][kx] = win[i + SY][kx];
+      for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+        for (int e = 0; e < V; ++e) win[i][kx][e] = win[i + SY][kx][e];
   }
 }
 

@@ -116,44 +116,43 @@ __device__ __forceinline__ void dw_stream_filter_column(A (&acc)[kDwStreamK][kDw
   constexpr int K = kDwStreamK;
   using Raw = RawWords<T, V>;
   constexpr int KEEP = K > SY ? K - SY : 0, NEW = K - KEEP;
-  const int32_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2];
-  const int32_t ix0 = ox * g.stride[2] - g.pad[2];
-  bool col_ok[K];
-#pragma unroll
-  for (int kx = 0; kx < K; ++kx) col_ok[kx] = static_cast<uint32_t>(ix0 + kx) < static_cast<uint32_t>(IW);
+  const int32_t OH = g.out[1], OW = g.out[2];
+  const DwStreamColumn<T, V, K> column(x, g, image, C, ch, ox * g.stride[2] - g.pad[2]);
   const T* dyp = dy + ((image * OH + oy0) * OW + ox) * C + ch;
   const int64_t dy_row = int64_t{OW} * C;
 
   const auto prefetch_step = [&](int32_t step) {
-    const int32_t ip = step * SY - g.pad[1] + KEEP;
 #pragma unroll
-    for (int i = 0; i < NEW; ++i) dw_stream_prefetch<T, K>(x, image, ip + i, ix0, col_ok, IH, IW, C, ch, g.stride[2]);
+    for (int i = 0; i < NEW; ++i) column.prefetch(step * SY - g.pad[1] + KEEP + i);
 #if defined(__CUDA_ARCH__)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(dyp + (step - oy0) * dy_row));
 #endif
   };
   for (int32_t j = 1; j <= kDwStreamPrefetch && oy0 + j < oy_end; ++j) prefetch_step(oy0 + j);
 
-  Raw win[K][K], next[NEW][K];
+  A win[K][K][V];
+  Raw next[NEW][K];
   const int32_t iy0 = oy0 * SY - g.pad[1];
 #pragma unroll
-  for (int i = 0; i < KEEP; ++i) dw_stream_row<T, V, K>(win[i], x, image, iy0 + i, ix0, col_ok, IH, IW, C, ch);
+  for (int i = 0; i < KEEP; ++i) {
+    Raw r[K];
+    column.load(r, iy0 + i);
+    dw_stream_convert<T, A, V, K>(win[i], r);
+  }
 #pragma unroll
-  for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy0 + KEEP + i, ix0, col_ok, IH, IW, C, ch);
+  for (int i = 0; i < NEW; ++i) column.load(next[i], iy0 + KEEP + i);
   Raw d_next = load_raw<T, V>(dyp);
 
-#pragma unroll 1
+#pragma unroll(dw_stream_unroll<SY>())
   for (int32_t oy = oy0; oy < oy_end; ++oy) {
 #pragma unroll
-    for (int i = 0; i < NEW; ++i)
-#pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[KEEP + i][kx] = next[i][kx];
+    for (int i = 0; i < NEW; ++i) dw_stream_convert<T, A, V, K>(win[KEEP + i], next[i]);
     Pack<T, V> d;
     std::memcpy(&d, &d_next, sizeof(d));
     if (oy + 1 < oy_end) {
       const int32_t iy = (oy + 1) * SY - g.pad[1] + KEEP;
 #pragma unroll
-      for (int i = 0; i < NEW; ++i) dw_stream_row<T, V, K>(next[i], x, image, iy + i, ix0, col_ok, IH, IW, C, ch);
+      for (int i = 0; i < NEW; ++i) column.load(next[i], iy + i);
       d_next = load_raw<T, V>(dyp + (oy + 1 - oy0) * dy_row);
       if (oy + 1 + kDwStreamPrefetch < oy_end) prefetch_step(oy + 1 + kDwStreamPrefetch);
     }
@@ -163,16 +162,15 @@ __device__ __forceinline__ void dw_stream_filter_column(A (&acc)[kDwStreamK][kDw
 #pragma unroll
     for (int ky = 0; ky < K; ++ky)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) {
-        Pack<T, V> p;
-        std::memcpy(&p, &win[ky][kx], sizeof(p));
+      for (int kx = 0; kx < K; ++kx)
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[ky][kx][e] += dv[e] * static_cast<A>(to_acc(p.v[e]));
-      }
+        for (int e = 0; e < V; ++e) acc[ky][kx][e] += dv[e] * win[ky][kx][e];
 #pragma unroll
     for (int i = 0; i < KEEP; ++i)
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx) win[i][kx] = win[i + SY][kx];
+      for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+        for (int e = 0; e < V; ++e) win[i][kx][e] = win[i + SY][kx][e];
   }
 }
 
