@@ -15,9 +15,6 @@
 // identity. No XLA headers: the host tests run dw_stream_thread thread by
 // thread (tests/host/conv/depthwise/depthwise_conv_on_host.cc).
 #pragma once
-#ifndef UNROLL_ROWS
-#define UNROLL_ROWS 3
-#endif
 
 #include <cstdint>
 #include <cstring>
@@ -147,7 +144,7 @@ struct DwStreamColumn {
 
 // Row steps a thread's loop is unrolled by: at stride 1 by the window's
 // height, so that its rows rotate through register names instead of moving
-// (18 moves a step); at stride 2 not (the registers: 24 bytes spilled).
+// (18 moves a step); at stride 2 not (float32 and float64 spilled 24 bytes).
 template <int SY>
 constexpr int dw_stream_unroll() {
   return SY == 1 ? kDwStreamK : 1;
