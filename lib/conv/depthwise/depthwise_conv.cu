@@ -104,7 +104,7 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
   DwFilterTile t;
   cudaError_t e;
   if (channels_last && switch_on(Switch::kDwStream) && plan_dw_stream_filter(dg, f, n, c, elem, &s) &&
-      dw_stream_filter_pays(dg, s) && aligned_to(x, 8) && aligned_to(dy, 8)) {
+      dw_stream_filter_pays(dg, s, switch_on(Switch::kDwStreamFilterS1)) && aligned_to(x, 8) && aligned_to(dy, 8)) {
     e = dw_filter_stream(type, dy, x, partials, dg, s, c, stream);
     slices = s.f.count;
   } else if (switch_on(Switch::kDwTiles) &&

@@ -95,8 +95,9 @@ inline bool plan_dw_stream_filter(const DwGeom& g, const FilterSlices& call, int
 // (112x112x96; own / XLA 0.78 against 1.08); stride 1, 108 against 112
 // (112x112x32; 1.30 against 1.16) and 135 against 122 (56x56x144; 1.43
 // against 1.13).
-inline bool dw_stream_filter_pays(const DwGeom& g, const DwStreamFilterPlan& s) {
-  return g.stride[1] == 2 && dw_stream_rows_pay(g, s.f.rows);
+inline bool dw_stream_filter_pays(const DwGeom& g, const DwStreamFilterPlan& s, bool unit_stride) {
+  return (g.stride[1] == 2 || (g.stride[1] == 1 && unit_stride)) &&
+         dw_stream_rows_pay(g, s.f.rows);
 }
 
 // Shared memory a thread's sums take (an odd pitch of accumulators: threads

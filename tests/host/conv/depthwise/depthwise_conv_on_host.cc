@@ -502,7 +502,7 @@ void stream_choices(Tally& run) {
     const DwFilterPlan fp = depthwise_filter_plan(64, 2, g.out, l.c, 9, 2, false, true, int64_t{1} << 30);
     DwStreamFilterPlan sf;
     const bool filter_planned = plan_dw_stream_filter(p.g[0], filter_slices(64, g.out[0], fp.rows), 64, l.c, 2, &sf);
-    const bool filter_streamed = filter_planned && dw_stream_filter_pays(p.g[0], sf);
+    const bool filter_streamed = filter_planned && dw_stream_filter_pays(p.g[0], sf, false);
     if (!filter_planned || filter_streamed != l.filter_streamed)
       std::printf("FAIL: filter stream choice for %lldx%lldx%lld stride %lld: planned %d, streamed %d (rows %lld)\n",
                   static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
