@@ -56,6 +56,10 @@ def test_auto_routes_by_class(dtype):
   # Where XLA is weak: dilated (WaveNet), 3-D (U-Net), grouped, channels-first.
   assert "xla" not in plan(f(8, 16000, 128), f(2, 128, 256), (1,), ((512, 0),),
                            dn=("NWC", "WIO", "NWC"), rhs_dilation=(512,))
+  # WaveNet's 1-D 1x1 residual and skip layers: XLA's, which fuses the sums into them.
+  assert plan(f(8, 16000, 128), f(1, 128, 128), (1,), "VALID", dn=("NWC", "WIO", "NWC")) == ("xla",) * 3
+  assert "xla" not in plan(f(8, 16000, 128), f(1, 32, 128), (1,), "VALID", groups=4,
+                           dn=("NWC", "WIO", "NWC"))
   assert "xla" not in plan(f(2, 32, 32, 32, 64), f(3, 3, 3, 64, 64), (1, 1, 1),
                            dn=("NDHWC", "DHWIO", "NDHWC"))
   assert "xla" not in plan(f(32, 28, 28, 256), f(3, 3, 8, 256), groups=32)
