@@ -48,7 +48,10 @@ def run_train(problem: Problem, steps: int, repeats: int, log: Log) -> dict:
   for impl, module in problem.modules.items():
     states[impl] = init_train_state(problem.params, problem.state)
     compiled[impl], compile_s[impl] = _compile(train_step(module), states[impl], x, labels)
-  log(f"{name}: compiled in {compile_s['xla']:.1f} s (XLA), {compile_s['ours']:.1f} s (ours)")
+  mem = _memory(compiled)
+  peak = (f"; peak {mem['xla']['peak'] / 2**20:.0f} MB (XLA) {mem['ours']['peak'] / 2**20:.0f} MB (ours)"
+          if "ratio" in mem else "")
+  log(f"{name}: compiled in {compile_s['xla']:.1f} s (XLA), {compile_s['ours']:.1f} s (ours){peak}")
   losses = {}
   for impl, step in compiled.items():
     states[impl], first = step(states[impl], x, labels)
@@ -63,7 +66,7 @@ def run_train(problem: Problem, steps: int, repeats: int, log: Log) -> dict:
       steps, repeats))
   log(f"{name}: {timing['xla_ms']:.3f} ms (XLA) {timing['ours_ms']:.3f} ms (ours), "
       f"ratio {timing['ratio']:.2f}")
-  return {"timing": timing, "compile_s": compile_s, "memory": _memory(compiled),
+  return {"timing": timing, "compile_s": compile_s, "memory": mem,
           "loss": {**losses, "rel": [relative(o, r) for o, r in zip(losses["ours"], losses["xla"])]},
           "gradients": gradients}
 
