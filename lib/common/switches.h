@@ -52,9 +52,9 @@ namespace im2col {
   X(kDwNarrowRuns, "JAX_IM2COL_NO_DW_NARROW_RUNS", \
     "depthwise tiles: channel runs narrower than 128 bytes where their smaller halo costs less (conv/depthwise/depthwise_plan.h)") \
   X(kDwStream, "JAX_IM2COL_NO_DW_STREAM", \
-    "channels-last 3x3 depthwise forwards, unit-stride input gradients and stride-2 filter gradients streamed down the rows, window in registers (conv/depthwise/depthwise_stream{,_filter}.cuh)") \
+    "channels-last 3x3 depthwise forwards, unit-stride input gradients and filter gradients streamed down the rows, window in registers (conv/depthwise/depthwise_stream{,_filter}.cuh)") \
   X(kDwStreamFilterS1, "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", \
-    "unit-stride 3x3 depthwise filter gradients streamed, rather than tiled (conv/depthwise/depthwise_stream_filter.cuh)") \
+    "unit-stride 3x3 depthwise filter gradients on maps of 56 rows or more streamed, rather than tiled (conv/depthwise/depthwise_stream_filter.cuh)") \
   X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \
     "depthwise kernels on shared-memory tiles, rather than one thread per output element (conv/depthwise/depthwise_conv.cu)")
 

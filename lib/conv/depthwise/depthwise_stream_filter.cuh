@@ -88,16 +88,22 @@ inline bool plan_dw_stream_filter(const DwGeom& g, const FilterSlices& call, int
   return true;
 }
 
-// Whether streaming pays for g's filter gradient under plan s: at stride 2
-// along H, where the slices walk enough rows (dw_stream_rows_pay). Measured
-// (H200, bfloat16, MobileNetV2's layers at batch 64, against the tiles in
-// the same build, XLA's time in each run): stride 2, 105 us against 164
-// (112x112x96; own / XLA 0.78 against 1.08); stride 1, 108 against 112
-// (112x112x32; 1.30 against 1.16) and 135 against 122 (56x56x144; 1.43
-// against 1.13).
+// Output rows from which a unit-stride filter gradient streams: the map sizes
+// measured (56 and 112); smaller maps keep the tiles.
+constexpr int32_t kDwStreamFilterUnitStrideRows = 56;
+
+// Whether streaming pays for g's filter gradient under plan s, where the
+// slices walk enough rows (dw_stream_rows_pay): at stride 2 along H, and at
+// stride 1 on maps of kDwStreamFilterUnitStrideRows rows or more where
+// `unit_stride` (switch kDwStreamFilterS1). Measured (H200, bfloat16,
+// MobileNetV2's layers at batch 64, against the tiles in the same build):
+// stride 2, 105 us against 164 (112x112x96); stride 1, with each window
+// element converted once as it enters, 107 against 118 (112x112x32) and 110
+// against 115 (56x56x144).
 inline bool dw_stream_filter_pays(const DwGeom& g, const DwStreamFilterPlan& s, bool unit_stride) {
-  return (g.stride[1] == 2 || (g.stride[1] == 1 && unit_stride)) &&
-         dw_stream_rows_pay(g, s.f.rows);
+  const bool stride_pays =
+      g.stride[1] == 2 || (g.stride[1] == 1 && unit_stride && g.out[1] >= kDwStreamFilterUnitStrideRows);
+  return stride_pays && dw_stream_rows_pay(g, s.f.rows);
 }
 
 // Shared memory a thread's sums take (an odd pitch of accumulators: threads

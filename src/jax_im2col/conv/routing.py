@@ -26,6 +26,9 @@ _STEM_CHANNELS = 4
 # for the project's register-blocked kernels (5x5 and up; 3x3 is
 # memory-bound, where cuDNN's kernels come closer to the copy bandwidth).
 _DEPTHWISE_MIN_TAPS = 25
+# Largest side of a map on which a half-precision depthwise convolution with few
+# taps at unit stride runs faster on XLA's convolution (measured: the rule's reason).
+_SMALL_MAP = 28
 
 
 def _half(p) -> bool:
@@ -59,10 +62,17 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   strided = any(s != 1 for s in w.stride)
   op = p.op
   if spec.groups == p.c == p.o:
-    if taps >= _DEPTHWISE_MIN_TAPS or _half(p):
-      # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16). bfloat16 3x3: per op
-      # 0.97-1.16, but MobileNetV2's bfloat16 train step took 0.99x XLA's time
-      # on the project's kernels and 1.06x with these ops on XLA's.
+    if taps >= _DEPTHWISE_MIN_TAPS:
+      return None  # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16)
+    if _half(p):
+      if not strided and max(p.in_spatial) <= _SMALL_MAP:
+        return ("a half-precision depthwise convolution with few taps on a small map (at most "
+                f"{_SMALL_MAP} a side) at unit stride: own / XLA 1.44-1.73 in device time "
+                "(28x28x192, forward and input gradient); MobileNetV2's bfloat16 train step took "
+                "0.959x XLA's time with these on XLA's, 0.986x on the project's kernels")
+      # Larger maps and stride 2: the streamed kernels. MobileNetV2's bfloat16 train
+      # step took 0.99x XLA's time on the project's kernels and 1.06x with every
+      # bfloat16 3x3 depthwise op on XLA's.
       return None
     if op != "forward" and strided:
       return None  # 3x3 stride 2, f32: input gradient 0.80, filter gradient 0.78

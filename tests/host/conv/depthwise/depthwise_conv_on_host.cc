@@ -467,14 +467,14 @@ void layout_cases(Tally& run, int nd) {
 // Where depthwise_conv.cu streams MobileNetV2's bfloat16 3x3 layers (batch
 // 64, SAME): the forwards whose threads walk enough rows (dw_stream_pays), as
 // measured, and never the tiles' remaining cases; the filter gradients at
-// stride 2 (dw_stream_filter_pays).
+// stride 2 and on the larger maps at stride 1 (dw_stream_filter_pays).
 void stream_choices(Tally& run) {
   struct Layer {
     int64_t size, c, stride;
     bool streamed, filter_streamed;
   };
-  for (const Layer& l : {Layer{112, 32, 1, true, false}, Layer{112, 96, 2, true, true},
-                         Layer{56, 144, 1, true, false}, Layer{56, 144, 2, true, true},
+  for (const Layer& l : {Layer{112, 32, 1, true, true}, Layer{112, 96, 2, true, true},
+                         Layer{56, 144, 1, true, true}, Layer{56, 144, 2, true, true},
                          Layer{28, 192, 1, false, false}, Layer{28, 192, 2, true, true},
                          Layer{14, 384, 1, false, false}, Layer{14, 576, 2, true, true},
                          Layer{7, 960, 1, false, false}}) {
@@ -502,7 +502,7 @@ void stream_choices(Tally& run) {
     const DwFilterPlan fp = depthwise_filter_plan(64, 2, g.out, l.c, 9, 2, false, true, int64_t{1} << 30);
     DwStreamFilterPlan sf;
     const bool filter_planned = plan_dw_stream_filter(p.g[0], filter_slices(64, g.out[0], fp.rows), 64, l.c, 2, &sf);
-    const bool filter_streamed = filter_planned && dw_stream_filter_pays(p.g[0], sf, false);
+    const bool filter_streamed = filter_planned && dw_stream_filter_pays(p.g[0], sf, true);
     if (!filter_planned || filter_streamed != l.filter_streamed)
       std::printf("FAIL: filter stream choice for %lldx%lldx%lld stride %lld: planned %d, streamed %d (rows %lld)\n",
                   static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
