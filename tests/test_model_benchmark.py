@@ -186,3 +186,29 @@ def test_data_parallel_step_has_the_collectives_of_xla(tmp_path):
     assert abs(ours["first_loss"] - xla["first_loss"]) <= 1e-5 * abs(xla["first_loss"])
     assert ours["scaling_efficiency"] > 0 and "added_ms" in ours
   assert "| ms over 1 device | spread | ours / xla |" in (tmp_path / "multi_gpu.md").read_text()
+
+
+def test_routing_candidate_sends_its_class_to_xla_while_traced():
+  """benchmarks/routing_ab.py: a candidate rule moves the ops it names, and
+  only those, to XLA's convolution (as explain() reports for a CUDA GPU)."""
+  import routing_ab  # noqa: E402  (benchmarks/routing_ab.py, by path)
+  import jax_im2col
+  from jax_im2col.conv import routing
+
+  def plan(x, w, strides):
+    got = jax_im2col.explain(jax.ShapeDtypeStruct(x, jnp.bfloat16), jax.ShapeDtypeStruct(w, jnp.bfloat16),
+                             strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                             feature_group_count=w[-1], platform="cuda")
+    return tuple(got[op].algorithm for op in routing_ab.ALL_OPS)
+
+  rules = routing.xla_is_faster
+  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["depthwise_56"], rules)
+  try:
+    with jax_im2col.force_algorithm("auto"):
+      assert plan((64, 56, 56, 144), (3, 3, 1, 144), (1, 1)) == ("xla",) * 3
+      assert "xla" not in plan((64, 56, 56, 144), (3, 3, 1, 144), (2, 2))
+      assert "xla" not in plan((64, 112, 112, 32), (3, 3, 1, 32), (1, 1))
+  finally:
+    routing.xla_is_faster = rules
+  with jax_im2col.force_algorithm("auto"):
+    assert "xla" not in plan((64, 56, 56, 144), (3, 3, 1, 144), (1, 1))

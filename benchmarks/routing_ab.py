@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A routing rule tried on a whole model before it is written: the train step
+compiled with XLA's convolution, with the rules as they stand ("ours"), and
+with each candidate rule that also sends one class of ops to XLA's
+convolution, all in one process and timed interleaved (A B C ... A B C ...),
+so that XLA's own compilation, the clocks and the load are the same for all.
+
+    python benchmarks/routing_ab.py [--model mobilenetv2] [--dtype bf16]
+        [--candidates depthwise_small,depthwise_small_fwd_dx] [--steps 10] [--repeats 7]
+
+A candidate wraps jax_im2col.conv.routing.xla_is_faster while its step is
+traced, so it costs no rebuild. Prints each step's median ms, its ratio to
+XLA's, XLA's peak-memory estimate and every repeat, then one JSON line. The
+first calls of a step whose convolutions run on XLA's can take 5-15 s (cuDNN
+picks its algorithms then); they are made before the timed loops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from jax_im2col.conv import routing
+from model_bench.memory import memory
+from model_bench.problem import init_variables, make_problem
+from model_bench.steps import init_train_state, train_step
+from model_bench.timing import interleaved, train_loop
+from model_zoo import MODELS
+
+ALL_OPS = ("forward", "input_gradient", "filter_gradient")
+
+
+def depthwise_small(max_side: int, ops=ALL_OPS):
+  """Half-precision 3x3 depthwise ops at unit stride on maps of at most
+  max_side a side, to XLA's convolution."""
+  def applies(p) -> bool:
+    w = p.spec.window
+    return (p.spec.groups == p.c == p.o and w.nd == 2 and w.kernel_size == 9
+            and np.dtype(p.dtype).itemsize == 2 and all(s == 1 for s in w.stride)
+            and max(p.in_spatial) <= max_side and p.op in ops)
+  return applies
+
+
+CANDIDATES = {
+    "depthwise_small": depthwise_small(28),
+    "depthwise_small_fwd_dx": depthwise_small(28, ("forward", "input_gradient")),
+    "depthwise_56": depthwise_small(56),
+}
+
+
+def with_candidate(applies, rules):
+  def xla_is_faster(p, own_algorithm, device):
+    return "candidate rule" if applies(p) else rules(p, own_algorithm, device)
+  return xla_is_faster
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--model", default="mobilenetv2", choices=sorted(MODELS))
+  parser.add_argument("--dtype", default="bf16")
+  parser.add_argument("--preset", default="full")
+  parser.add_argument("--candidates", default="depthwise_small,depthwise_small_fwd_dx")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--repeats", type=int, default=7)
+  args = parser.parse_args(argv)
+  names = [c for c in args.candidates.split(",") if c]
+  unknown = sorted(set(names) - set(CANDIDATES))
+  if unknown:
+    parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES)}")
+
+  spec = MODELS[args.model]
+  problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
+  x, labels = problem.x, problem.labels
+  start = time.time()
+  runners, peak_mb = {}, {}
+  builds = [("xla", "xla", None), ("ours", "ours", None)] + [(n, "ours", CANDIDATES[n]) for n in names]
+  rules = routing.xla_is_faster
+  for name, impl, applies in builds:
+    routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
+    try:
+      state = init_train_state(problem.params, problem.state)
+      compiled = train_step(problem.modules[impl]).lower(state, x, labels).compile()
+    finally:
+      routing.xla_is_faster = rules
+    runners[name] = train_loop(compiled, state, x, labels)
+    peak_mb[name] = memory(compiled)["peak"] / 2**20
+    print(f"[{time.time() - start:.0f} s] {name} compiled", flush=True)
+  for name, run in runners.items():
+    run(2)
+  times = interleaved(runners, args.steps, args.repeats)
+  median = {name: statistics.median(t) for name, t in times.items()}
+  for name, t in times.items():
+    print(f"{name:24s} {median[name]:7.3f} ms  / XLA {median[name] / median['xla']:.3f}  "
+          f"peak {peak_mb[name]:.0f} MB  repeats {[round(v, 3) for v in t]}")
+  result = {"model": args.model, "dtype": args.dtype, "median_ms": median, "repeats": times,
+            "peak_mb": peak_mb}
+  print(json.dumps(result))
+  return result
+
+
+if __name__ == "__main__":
+  main()
