@@ -49,8 +49,9 @@
 //   in a fixed order, and each block writes its partial sums (float32;
 //   float64 for float64) to the workspace. Pass 2 sums the slices in a fixed
 //   order. No atomics: the same inputs give the same bits.
-// - Filter gradient, channels-last 3x3 at unit dilation and stride 2 along H
-//   (depthwise_stream_filter.cuh): pass 1 streams as the forward, a thread
+// - Filter gradient, channels-last 3x3 at unit dilation, stride 2 along H or
+//   stride 1 on maps of 56 rows or more (depthwise_stream_filter.cuh):
+//   pass 1 streams as the forward, a thread
 //   walking columns of a slice with the window and the 9 taps' sums in
 //   registers; the block's threads sum in shared memory in a fixed order.
 //   Its slices are fewer than the call's (the same workspace); pass 2 as above.
@@ -58,7 +59,8 @@
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
 // channel runs 128 bytes wide; JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
-// the tiles (every op); JAX_IM2COL_NO_DW_TILES=1 runs the
+// the tiles (every op); JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
+// filter gradients on the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
 // one-thread-per-element kernels everywhere (a reference on the GPU).
 #pragma once
 
