@@ -7,9 +7,12 @@ by side (BENCHMARKS.md, "Routing"; raw data in benchmarks/results/). The
 rules speak of classes of convolutions rather than single shapes, so that
 they hold between the measured shapes; an op outside every rule keeps the
 project's kernels, which is where XLA is weak: channels-first layouts,
-dilated, transposed, grouped and large-window depthwise convolutions, 1-D and
-3-D. Each rule quotes the geometric mean of own / XLA it rests on (H200,
-2026-11-27; f32 is float32 at DEFAULT precision).
+dilated, transposed, grouped and large-window depthwise convolutions, 1-D
+(but 1x1) and 3-D. Each rule quotes the geometric mean of own / XLA it rests
+on (H200, 2026-11-27; f32 is float32 at DEFAULT precision), or the whole
+model's train step where that decided it (benchmarks/models.py,
+benchmarks/routing_ab.py): a custom call also costs the fusions XLA makes
+into its own convolution.
 """
 
 from __future__ import annotations
