@@ -6,7 +6,7 @@
 #   bash benchmarks/ncu_profile.sh [columns|depthwise|grouped|implicit]
 #     columns:   unfold / fold (benchmarks/profile_columns.py), the default
 #     folds:     the staged, vector and unrolled-taps folds (benchmarks/profile_folds.py)
-#     depthwise: the direct depthwise kernels (benchmarks/profile_depthwise.py)
+#     depthwise: the depthwise kernels (benchmarks/profile_depthwise.py; PROFILE_CASE=mbv2|convnext)
 #     grouped:   the direct grouped kernels (benchmarks/profile_grouped.py)
 #     implicit:  the implicit GEMM and its layout kernels (benchmarks/profile_implicit.py)
 #     filter:    the implicit filter gradient (benchmarks/profile_filter.py)
@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 case "${1:-columns}" in
   columns) script=benchmarks/profile_columns.py; kernels="(unfold|fold)_c[fl]" ;;
   folds) script=benchmarks/profile_folds.py; kernels="fold_(planes|cf_vector|cl_taps)" ;;
-  depthwise) script=benchmarks/profile_depthwise.py; kernels="(depthwise|filter)_" ;;
+  depthwise) script=benchmarks/profile_depthwise.py; kernels="(dw_|depthwise_)" ;;
   grouped) script=benchmarks/profile_grouped.py; kernels="(grouped|filter_|forward_kernel|backward_data_kernel)" ;;
   implicit) script=benchmarks/profile_implicit.py; kernels="(implicit_|to_channels_last)" ;;
   filter) script=benchmarks/profile_filter.py; kernels="filter_(gradient|finish)" ;;
