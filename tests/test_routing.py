@@ -112,7 +112,7 @@ def test_select_is_a_pure_function_of_problem_and_device():
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("setting", ["xla", "auto"])
-@pytest.mark.parametrize("case", ["resnet-1x1", "resnet-3x3s2", "mbv2-dw", "transposed"])
+@pytest.mark.parametrize("case", ["resnet-1x1", "resnet-3x3s2", "mbv2-dw", "transposed", "wavenet-1x1"])
 def test_routes_agree_with_lax(platform, setting, case):
   """Forward and both gradients by whichever route the setting takes, against
   lax in float64 (the XLA route lowers lax's own convolution and its
@@ -125,10 +125,12 @@ def test_routes_agree_with_lax(platform, setting, case):
       "transposed": ((2, 5, 6, 4), (3, 3, 4, 8), dict(window_strides=(1, 1),
                                                       padding=((2, 2), (1, 2)),
                                                       lhs_dilation=(2, 2))),
+      "wavenet-1x1": ((2, 12, 16), (1, 16, 8), dict(window_strides=(1,), padding="VALID",
+                                                    dimension_numbers=("NWC", "WIO", "NWC"))),
   }[case]
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
-  kw = dict(kw, dimension_numbers=NHWC)
+  kw = dict(dict(dimension_numbers=NHWC), **kw)
 
   def both(conv):
     y, vjp = jax.vjp(lambda a, b: conv(a, b, **kw), x, w)
