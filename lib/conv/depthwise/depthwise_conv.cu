@@ -40,7 +40,7 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   DwTile t;
   if (switch_on(Switch::kDwTiles) &&
       plan_dw_tile(dw_bound(p), c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),
-                   switch_on(Switch::kDwNarrowRuns), n * p.count, &t)) {
+                   switch_on(Switch::kDwNarrowRuns), n * p.count, &t, kDwSmemBudget, switch_on(Switch::kDwSectorCost))) {
     t.vector_io = cl && c % v == 0 && aligned_to(x, v * elem) && aligned_to(y, v * out_elem);
     return cl ? dw_forward_tiles_cl(in, out, x, w, y, p, t, n, c, stream)
               : dw_forward_tiles_cf(in, out, x, w, y, p, t, n, c, stream);
@@ -109,7 +109,7 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
     slices = s.f.count;
   } else if (switch_on(Switch::kDwTiles) &&
       plan_dw_filter_tile(dg, f, c, channels_last, elem, acc, switch_on(Switch::kDwRing),
-                          switch_on(Switch::kDwNarrowRuns), &t)) {
+                          switch_on(Switch::kDwNarrowRuns), &t, kDwSmemBudget, switch_on(Switch::kDwSectorCost))) {
     const int32_t v = dw_vector(elem, true);
     t.vector_io = channels_last && c % v == 0 && aligned_to(x, v * elem) && aligned_to(dy, v * elem) &&
                   aligned_to(partials, v * acc);

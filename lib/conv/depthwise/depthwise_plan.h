@@ -215,21 +215,23 @@ inline double dw_resident_threads(int32_t threads, int64_t smem) {
 
 // A plan's cost: bytes staged per output (amplification, over the share of
 // threads with outputs), times the shortfall of resident threads below 512
-// (latency hiding), over the share of lanes of the block's warps in use,
-// times 1.25 for channels-last runs under 32 bytes (a global segment under
-// a sector).
+// (latency hiding), over the share of lanes of the block's warps in use.
+// A channels-last run of channels under 32 bytes fetches whole 32-byte
+// sectors from L2 for it: `sector_priced` charges the sectors (32 / run
+// bytes), else a flat 1.25 (kDwSectorCost; ncu, ConvNeXt's 56x56x96 bfloat16
+// forward on 8-byte runs: L2 at 61% of its throughput, L1 hits under 1%).
 // Over the share of the last wave of blocks in use (kDwSMs multiprocessors,
 // those resident on each).
 constexpr int64_t kDwSMs = 132;
 
 inline double dw_plan_cost(double amplification, int32_t threads, int64_t smem, int64_t run_bytes, bool cl,
-                           int64_t blocks) {
+                           int64_t blocks, bool sector_priced) {
   const double lanes = static_cast<double>(threads) / ((threads + 31) / 32 * 32);
   const double resident = dw_resident_threads(threads, smem);
   const int64_t slots = kDwSMs * std::max<int64_t>(1, static_cast<int64_t>(resident) / threads);
   const double waves = static_cast<double>(blocks) / (static_cast<double>((blocks + slots - 1) / slots) * slots);
   double cost = amplification * std::max(1.0, 512.0 / resident) / lanes / waves;
-  if (cl && run_bytes < 32) cost *= 1.25;
+  if (cl && run_bytes < 32) cost *= sector_priced ? 32.0 / static_cast<double>(std::max<int64_t>(1, run_bytes)) : 1.25;
   return cost;
 }
 
@@ -293,7 +295,8 @@ inline int64_t dw_tile_bytes(const DwGeom& g, DwTile& t, size_t elem, size_t acc
 // where no tile fits `budget` bytes (kDwSmemBudget; the host tests pass
 // less, to run many stages and tiles); the per-element kernel then runs.
 inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_t acc, size_t out_elem,
-                         bool ring, bool narrow, int64_t n_blocks, DwTile* out, int64_t budget = kDwSmemBudget) {
+                         bool ring, bool narrow, int64_t n_blocks, DwTile* out, int64_t budget = kDwSmemBudget,
+                         bool sector_priced = true) {
   if (g.out_size() <= 0 || C <= 0) return false;
   const int32_t v = dw_vector(elem, cl);
   const int64_t vectors = (C + v - 1) / v;
@@ -354,7 +357,7 @@ inline bool plan_dw_tile(const DwGeom& g, int64_t C, bool cl, size_t elem, size_
                         (static_cast<double>(t.tiles_h) * t.th * t.tiles_w * t.tw);
     const double cost = dw_plan_cost(staged / useful / util, t.threads, dw_tile_bytes(g, t, elem, acc, out_elem),
                                      int64_t{t.cbp} * static_cast<int64_t>(elem), cl,
-                                     int64_t{t.runs} * t.tiles_w * t.tiles_h * g.out[0] * n_blocks);
+                                     int64_t{t.runs} * t.tiles_w * t.tiles_h * g.out[0] * n_blocks, sector_priced);
     if (!found || cost < best_cost * 0.97) {
       found = true;
       best_cost = cost;
@@ -484,7 +487,7 @@ inline int64_t dw_filter_tile_bytes(const DwGeom& g, DwFilterTile& t, size_t ele
 // where none fits kDwSmemBudget (the per-element kernel then runs).
 inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t C, bool cl, size_t elem,
                                 size_t acc, bool ring, bool narrow, DwFilterTile* out,
-                                int64_t budget = kDwSmemBudget) {
+                                int64_t budget = kDwSmemBudget, bool sector_priced = true) {
   if (g.out_size() <= 0 || C <= 0 || f.count <= 0) return false;
   const int32_t v = dw_vector(elem, cl);
   const int64_t vectors = (C + v - 1) / v;
@@ -549,7 +552,7 @@ inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t 
                         (static_cast<double>(tiles_h) * t.tr * tiles_w * t.tw) * t.balance;
     const double cost = dw_plan_cost(staged / useful / util, t.threads, dw_filter_tile_bytes(g, t, elem, acc),
                                      int64_t{t.cbp} * static_cast<int64_t>(elem), cl,
-                                     f.count * g.kernel[0] * t.kh_groups * t.ch_groups * t.runs);
+                                     f.count * g.kernel[0] * t.kh_groups * t.ch_groups * t.runs, sector_priced);
     if (!found || cost < best_cost * 0.97) {
       found = true;
       best_cost = cost;

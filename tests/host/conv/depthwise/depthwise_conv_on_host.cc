@@ -519,10 +519,31 @@ void stream_choices(Tally& run) {
 
 }  // namespace
 
+// Sector pricing (kDwSectorCost): ConvNeXt-T's first 7x7 layer (56x56x96,
+// bfloat16) runs whole 32-byte sectors of channels a pixel; the flat factor
+// picked 8-byte runs, a quarter of each sector fetched.
+void sector_choices(Tally& run) {
+  DwGeom d;
+  d.nd = 2;
+  for (int j = 1; j < 3; ++j) {
+    d.in[j] = d.out[j] = d.yk[j] = 56;
+    d.kernel[j] = d.wk[j] = 7;
+    d.pad[j] = 3;
+  }
+  DwTile priced, flat;
+  const bool ok = plan_dw_tile(d, 96, true, 2, 4, 2, true, true, 32, &priced, kDwSmemBudget, true) &&
+                  plan_dw_tile(d, 96, true, 2, 4, 2, true, true, 32, &flat, kDwSmemBudget, false);
+  const int32_t priced_bytes = priced.cbp * 2, flat_bytes = flat.cbp * 2;
+  if (!ok || priced_bytes < 32 || flat_bytes >= 32)
+    std::printf("FAIL: sector pricing at 56x56x96 bf16: runs of %d bytes priced, %d flat\n", priced_bytes, flat_bytes);
+  run(ok && priced_bytes >= 32 && flat_bytes < 32);
+}
+
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 100;
   Tally run;
   stream_choices(run);
+  sector_choices(run);
   for (int i = 0; i < rounds; ++i) {
     for (int nd = 1; nd <= 3; ++nd) {
       layout_cases<true>(run, nd);
