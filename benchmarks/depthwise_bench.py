@@ -10,7 +10,11 @@ lax.conv_general_dilated (DEFAULT precision): the forward, the input gradient
 (jax.vjp with respect to x only) and the filter gradient (with respect to w
 only). Device milliseconds per call: the median over repeats of chains of
 calls compiled in one program (bench.time_jax), so host dispatch does not
-count. Also the sum of the three ops per layer (a training step's share),
+count; each repeat timed by its device span (CUPTI timestamps, first kernel's
+start to last kernel's end) where torch's profiler can see the GPU, else by
+the host clock (--jax-clock). The host clock once read 3.55 ms for an input
+gradient whose kernels took 0.09 ms (ConvNeXt 56x56x96 bfloat16, H100,
+2026-11-28, BENCHMARKS.md). Also the sum of the three ops per layer (a training step's share),
 and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 (2 x multiply-adds of the forward, padding taps included).
 
@@ -19,7 +23,8 @@ and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 
 Writes depthwise_bench.json under --out (with the JAX_IM2COL_NO_DW_* switches
 of the run, for A/B runs: JAX_IM2COL_NO_DW_RING=1, JAX_IM2COL_NO_DW_NARROW_RUNS=1,
-JAX_IM2COL_NO_DW_TILES=1, JAX_IM2COL_NO_DW_STREAM=1). Runs in about 2-3 minutes on an H100.
+JAX_IM2COL_NO_DW_SECTOR_COST=1, JAX_IM2COL_NO_DW_TILES=1, JAX_IM2COL_NO_DW_STREAM=1). Runs in
+about 2-3 minutes on an H100.
 """
 
 import argparse
@@ -37,6 +42,7 @@ from jax import lax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (time_jax, TimingConfig)
+import device_span  # noqa: E402
 
 import jax_im2col  # noqa: E402
 
@@ -131,11 +137,16 @@ def main():
   parser.add_argument("--dtypes", default="f32,bf16")
   parser.add_argument("--ops", default="fwd,dgrad,wgrad")
   parser.add_argument("--deadline-s", type=float, default=170)
+  parser.add_argument("--jax-clock", choices=("span", "host"), default=None,
+                      help="device span (default on a GPU that torch's profiler sees) or the host clock")
   args = parser.parse_args()
+  if args.jax_clock is None:
+    args.jax_clock = "span" if jax.default_backend() == "gpu" and device_span.available() else "host"
+  bench.JAX_CLOCK = args.jax_clock
   start = time.perf_counter()
   groups, ops = args.cases.split(","), args.ops.split(",")
   rows = []
-  print(f"device: {jax.devices()[0]}; switches: " +
+  print(f"device: {jax.devices()[0]}; clock: {args.jax_clock}; switches: " +
         (", ".join(f"{s}={os.environ[s]}" for s in SWITCHES if s in os.environ) or "none"), flush=True)
   print(f"{'layer':22} {'dtype':5} {'op':6} {'ours ms':>9} {'xla ms':>9} {'ours/xla':>8} {'GB/s':>7} {'TFLOP/s':>8}",
         flush=True)
@@ -193,7 +204,7 @@ def main():
     print(f"  {key:24} {v['geomean']:6.2f}  {v['total']:6.2f}  ({v['layers']} layers)")
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "depthwise_bench.json"), "w") as f:
-    json.dump(dict(device=str(jax.devices()[0]), switches={s: os.environ.get(s) for s in SWITCHES},
+    json.dump(dict(device=str(jax.devices()[0]), clock=args.jax_clock, switches={s: os.environ.get(s) for s in SWITCHES},
                    timing=dataclasses.asdict(CFG), rows=rows, summary=summary), f, indent=1)
   print(f"wrote {os.path.join(args.out, 'depthwise_bench.json')} in {time.perf_counter() - start:.0f} s")
 

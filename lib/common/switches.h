@@ -52,7 +52,7 @@ namespace im2col {
   X(kDwNarrowRuns, "JAX_IM2COL_NO_DW_NARROW_RUNS", \
     "depthwise tiles: channel runs narrower than 128 bytes where their smaller halo costs less (conv/depthwise/depthwise_plan.h)") \
   X(kDwSectorCost, "JAX_IM2COL_NO_DW_SECTOR_COST", \
-    "depthwise tile plans charge a channels-last run under 32 bytes its whole L2 sectors, rather than a flat 1.25 (conv/depthwise/depthwise_plan.h)") \
+    "depthwise forward tile plans charge a channels-last run under 32 bytes its whole L2 sectors, rather than a flat 1.25 (conv/depthwise/depthwise_plan.h)") \
   X(kDwStream, "JAX_IM2COL_NO_DW_STREAM", \
     "channels-last 3x3 depthwise forwards, unit-stride input gradients and filter gradients streamed down the rows, window in registers (conv/depthwise/depthwise_stream{,_filter}.cuh)") \
   X(kDwStreamFilterS1, "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", \

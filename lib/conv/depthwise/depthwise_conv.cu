@@ -109,7 +109,7 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
     slices = s.f.count;
   } else if (switch_on(Switch::kDwTiles) &&
       plan_dw_filter_tile(dg, f, c, channels_last, elem, acc, switch_on(Switch::kDwRing),
-                          switch_on(Switch::kDwNarrowRuns), &t, kDwSmemBudget, switch_on(Switch::kDwSectorCost))) {
+                          switch_on(Switch::kDwNarrowRuns), &t)) {
     const int32_t v = dw_vector(elem, true);
     t.vector_io = channels_last && c % v == 0 && aligned_to(x, v * elem) && aligned_to(dy, v * elem) &&
                   aligned_to(partials, v * acc);

@@ -58,7 +58,9 @@
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
-// channel runs 128 bytes wide; JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
+// channel runs 128 bytes wide; JAX_IM2COL_NO_DW_SECTOR_COST=1 prices a forward
+// tile's run under 32 bytes by a flat 1.25 rather than by the L2 sectors it
+// fetches (dw_plan_cost); JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
 // the tiles (every op); JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
 // filter gradients on the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
 // one-thread-per-element kernels everywhere (a reference on the GPU).

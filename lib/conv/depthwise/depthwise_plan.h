@@ -218,8 +218,11 @@ inline double dw_resident_threads(int32_t threads, int64_t smem) {
 // (latency hiding), over the share of lanes of the block's warps in use.
 // A channels-last run of channels under 32 bytes fetches whole 32-byte
 // sectors from L2 for it: `sector_priced` charges the sectors (32 / run
-// bytes), else a flat 1.25 (kDwSectorCost; ncu, ConvNeXt's 56x56x96 bfloat16
-// forward on 8-byte runs: L2 at 61% of its throughput, L1 hits under 1%).
+// bytes), else a flat 1.25. The forward tiles are priced (kDwSectorCost;
+// ncu, ConvNeXt's 56x56x96 bfloat16 forward on 8-byte runs: L2 at 61% of its
+// throughput, L1 hits under 1%; priced, 32-byte runs and 11% less time); the
+// filter tiles keep the flat factor (priced, RepLKNet's bfloat16 29x29 and
+// 27x27 filter gradients took 1-2% longer; docs/optimization-log.md, step 114).
 // Over the share of the last wave of blocks in use (kDwSMs multiprocessors,
 // those resident on each).
 constexpr int64_t kDwSMs = 132;
@@ -487,7 +490,7 @@ inline int64_t dw_filter_tile_bytes(const DwGeom& g, DwFilterTile& t, size_t ele
 // where none fits kDwSmemBudget (the per-element kernel then runs).
 inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t C, bool cl, size_t elem,
                                 size_t acc, bool ring, bool narrow, DwFilterTile* out,
-                                int64_t budget = kDwSmemBudget, bool sector_priced = true) {
+                                int64_t budget = kDwSmemBudget) {
   if (g.out_size() <= 0 || C <= 0 || f.count <= 0) return false;
   const int32_t v = dw_vector(elem, cl);
   const int64_t vectors = (C + v - 1) / v;
@@ -552,7 +555,8 @@ inline bool plan_dw_filter_tile(const DwGeom& g, const FilterSlices& f, int64_t 
                         (static_cast<double>(tiles_h) * t.tr * tiles_w * t.tw) * t.balance;
     const double cost = dw_plan_cost(staged / useful / util, t.threads, dw_filter_tile_bytes(g, t, elem, acc),
                                      int64_t{t.cbp} * static_cast<int64_t>(elem), cl,
-                                     f.count * g.kernel[0] * t.kh_groups * t.ch_groups * t.runs, sector_priced);
+                                     f.count * g.kernel[0] * t.kh_groups * t.ch_groups * t.runs,
+                                     /*sector_priced=*/false);
     if (!found || cost < best_cost * 0.97) {
       found = true;
       best_cost = cost;
