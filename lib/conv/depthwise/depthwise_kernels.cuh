@@ -73,62 +73,63 @@ struct DwDeviceExec {
   __device__ __forceinline__ void sync() { __syncthreads(); }
 };
 
-// --- forward: one row of taps ---------------------------------------------------------
+// --- one row of products, for the forward and the filter gradient ----------------------
 
-// acc[i] += sum over taps k < nk of w[k] * x[(i + k) * xs]: the row of a thread's
-// R outputs along W (q apart, so that consecutive j = i + k step one dilation:
-// S = 1). The ring holds x[k .. k + R - 1]: each step loads one input vector
-// and one weight vector for R vector FMAs. Unrolled R steps at a time, so that
-// every ring slot is a register.
-template <int R, int V, typename T, typename A>
+// acc[i] += sum over steps k < count of o[k * os] * x[(i + k) * xs], i < R: the
+// forward's R outputs along a row over its taps (o: the weights), or the filter
+// gradient's R taps of a kernel row over a run of outputs (o: dy); q apart, so
+// that consecutive i + k step one dilation (S = 1). The ring holds
+// x[k .. k + R - 1]: each step loads one input vector and one vector of o for R
+// vector FMAs. Unrolled R steps at a time, so that every ring slot is a register.
+template <int R, int V, typename T, typename O, typename A>
 __device__ __forceinline__ void dw_ring_step(A (&acc)[R][V], A (&ring)[R][V], int s, const T*& xp, int32_t xs,
-                                             const A*& wp, int32_t ws) {
+                                             const O*& op, int32_t os) {
   dw_load<V>(ring[(s + R - 1) % R], xp);
-  A wv[V];
-  dw_load<V>(wv, wp);
+  A ov[V];
+  dw_load<V>(ov, op);
   xp += xs;
-  wp += ws;
+  op += os;
 #pragma unroll
   for (int i = 0; i < R; ++i)
 #pragma unroll
-    for (int e = 0; e < V; ++e) acc[i][e] += ring[(i + s) % R][e] * wv[e];
+    for (int e = 0; e < V; ++e) acc[i][e] += ring[(i + s) % R][e] * ov[e];
 }
 
-template <int R, int V, typename T, typename A>
-__device__ __forceinline__ void dw_row_ring(A (&acc)[R][V], const T* x, int32_t xs, const A* w, int32_t ws,
-                                            int32_t nk) {
+template <int R, int V, typename T, typename O, typename A>
+__device__ __forceinline__ void dw_row_ring(A (&acc)[R][V], const T* x, int32_t xs, const O* o, int32_t os,
+                                            int32_t count) {
   A ring[R][V];
 #pragma unroll
   for (int j = 0; j < R - 1; ++j) dw_load<V>(ring[j], x + j * xs);
   const T* xp = x + (R - 1) * xs;
-  const A* wp = w;
+  const O* op = o;
   int32_t k0 = 0;
   // Whole rounds of R steps without tests, so that loads can be issued
   // ahead of the products, then the rest.
-  for (; k0 + R <= nk; k0 += R) {
+  for (; k0 + R <= count; k0 += R) {
 #pragma unroll
-    for (int s = 0; s < R; ++s) dw_ring_step<R, V>(acc, ring, s, xp, xs, wp, ws);
+    for (int s = 0; s < R; ++s) dw_ring_step<R, V>(acc, ring, s, xp, xs, op, os);
   }
 #pragma unroll
   for (int s = 0; s < R - 1; ++s)
-    if (k0 + s < nk) dw_ring_step<R, V>(acc, ring, s, xp, xs, wp, ws);
+    if (k0 + s < count) dw_ring_step<R, V>(acc, ring, s, xp, xs, op, os);
 }
 
-// The same without the ring: x[i * xi + k * xk], one input load per vector FMA
-// (strides that do not divide the dilation).
-template <int R, int V, typename T, typename A>
-__device__ __forceinline__ void dw_row_direct(A (&acc)[R][V], const T* x, int32_t xi, int32_t xk, const A* w,
-                                              int32_t ws, int32_t nk) {
+// The same without the ring: acc[i] += o[k * os] * x[i * xi + k * xk], one
+// input load per vector FMA (strides that do not divide the dilation).
+template <int R, int V, typename T, typename O, typename A>
+__device__ __forceinline__ void dw_row_direct(A (&acc)[R][V], const T* x, int32_t xi, int32_t xk, const O* o,
+                                              int32_t os, int32_t count) {
 #pragma unroll 1
-  for (int32_t k = 0; k < nk; ++k) {
-    A wv[V];
-    dw_load<V>(wv, w + k * ws);
+  for (int32_t k = 0; k < count; ++k) {
+    A ov[V];
+    dw_load<V>(ov, o + k * os);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       A xv[V];
       dw_load<V>(xv, x + i * xi + k * xk);
 #pragma unroll
-      for (int e = 0; e < V; ++e) acc[i][e] += xv[e] * wv[e];
+      for (int e = 0; e < V; ++e) acc[i][e] += xv[e] * ov[e];
     }
   }
 }
@@ -408,62 +409,6 @@ dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
     dw_forward_block<CL, S, T, TY>(e, smem, x, w, y, phases, t, n_images, C, b);
 }
 
-// --- filter gradient: sliding along positions ---------------------------------------
-
-// acc[k] += sum over steps i < count of dy[i * ds] * x[(i + k) * xs], k < KC: a
-// thread's KC taps of one kernel row over a run of outputs q apart (S = 1).
-// The ring holds x[i .. i + KC - 1]: each step loads one input and one dy
-// vector for KC vector FMAs.
-template <int KC, int V, typename T, typename A>
-__device__ __forceinline__ void dw_filter_step(A (&acc)[KC][V], A (&ring)[KC][V], int s, const T*& xp, int32_t xs,
-                                               const T*& dp, int32_t ds) {
-  dw_load<V>(ring[(s + KC - 1) % KC], xp);
-  A d[V];
-  dw_load<V>(d, dp);
-  xp += xs;
-  dp += ds;
-#pragma unroll
-  for (int k = 0; k < KC; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[k][v] += d[v] * ring[(s + k) % KC][v];
-}
-
-template <int KC, int V, typename T, typename A>
-__device__ __forceinline__ void dw_filter_ring(A (&acc)[KC][V], const T* x, int32_t xs, const T* dy, int32_t ds,
-                                               int32_t count) {
-  A ring[KC][V];
-#pragma unroll
-  for (int j = 0; j < KC - 1; ++j) dw_load<V>(ring[j], x + j * xs);
-  const T* xp = x + (KC - 1) * xs;
-  const T* dp = dy;
-  int32_t i0 = 0;
-  for (; i0 + KC <= count; i0 += KC) {
-#pragma unroll
-    for (int s = 0; s < KC; ++s) dw_filter_step<KC, V>(acc, ring, s, xp, xs, dp, ds);
-  }
-#pragma unroll
-  for (int s = 0; s < KC - 1; ++s)
-    if (i0 + s < count) dw_filter_step<KC, V>(acc, ring, s, xp, xs, dp, ds);
-}
-
-// The same without the ring: x[i * xi + k * xk].
-template <int KC, int V, typename T, typename A>
-__device__ __forceinline__ void dw_filter_direct(A (&acc)[KC][V], const T* x, int32_t xi, int32_t xk, const T* dy,
-                                                 int32_t ds, int32_t count) {
-#pragma unroll 1
-  for (int32_t i = 0; i < count; ++i) {
-    A d[V];
-    dw_load<V>(d, dy + i * ds);
-#pragma unroll
-    for (int k = 0; k < KC; ++k) {
-      A xv[V];
-      dw_load<V>(xv, x + i * xi + k * xk);
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[k][v] += d[v] * xv[v];
-    }
-  }
-}
-
 // --- filter gradient: blocks ----------------------------------------------------------
 
 struct DwFilterBlock {
@@ -642,12 +587,12 @@ __device__ __forceinline__ void dw_filter_compute(const unsigned char* smem, A (
         const int32_t o = c_lo + pc;
         if (o >= c_hi) break;
         const int32_t count = (c_hi - o + t.q - 1) / t.q;
-        dw_filter_ring<KC, V>(acc, xr + (o * sw + kw_rel * dw) * col, dw * col, dr + o * col, t.q * col, count);
+        dw_row_ring<KC, V>(acc, xr + (o * sw + kw_rel * dw) * col, dw * col, dr + o * col, t.q * col, count);
       }
     } else {
       if (c_lo < c_hi)
-        dw_filter_direct<KC, V>(acc, xr + (c_lo * sw + kw_rel * dw) * col, sw * col, dw * col, dr + c_lo * col, col,
-                                c_hi - c_lo);
+        dw_row_direct<KC, V>(acc, xr + (c_lo * sw + kw_rel * dw) * col, dw * col, sw * col, dr + c_lo * col, col,
+                             c_hi - c_lo);
     }
   }
 }
