@@ -215,7 +215,9 @@ inline double dw_resident_threads(int32_t threads, int64_t smem) {
 
 // A plan's cost: bytes staged per output (amplification, over the share of
 // threads with outputs), times the shortfall of resident threads below 512
-// (latency hiding), over the share of lanes of the block's warps in use.
+// (latency hiding), over the share of lanes of the block's warps in use and
+// over the share of the last wave of blocks in use (kDwSMs multiprocessors,
+// those resident on each).
 // A channels-last run of channels under 32 bytes fetches whole 32-byte
 // sectors from L2 for it: `sector_priced` charges the sectors (32 / run
 // bytes), else a flat 1.25. The forward tiles are priced (kDwSectorCost;
@@ -223,8 +225,6 @@ inline double dw_resident_threads(int32_t threads, int64_t smem) {
 // throughput, L1 hits under 1%; priced, 32-byte runs and 11% less time); the
 // filter tiles keep the flat factor (priced, RepLKNet's bfloat16 29x29 and
 // 27x27 filter gradients took 1-2% longer; docs/optimization-log.md, step 114).
-// Over the share of the last wave of blocks in use (kDwSMs multiprocessors,
-// those resident on each).
 constexpr int64_t kDwSMs = 132;
 
 inline double dw_plan_cost(double amplification, int32_t threads, int64_t smem, int64_t run_bytes, bool cl,
