@@ -67,8 +67,8 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   if spec.groups == p.c == p.o:
     if taps >= _DEPTHWISE_MIN_TAPS:
       # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16). ConvNeXt-T's bf16 filter gradients on
-      # maps of 14-28 are 1.5x alone (device span, H100), yet its train step took 9.69 ms with
-      # them on XLA's convolution against 9.63 ms on ours (optimization log, step 115).
+      # maps of 14-28 are 1.5x alone (device span, H100); a rule for them awaits its whole-model
+      # measurement (routing_ab.py's large_filter_14_28; optimization log, step 115).
       return None
     if _half(p):
       if not strided and max(p.in_spatial) <= _SMALL_MAP:

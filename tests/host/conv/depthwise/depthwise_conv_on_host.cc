@@ -517,8 +517,6 @@ void stream_choices(Tally& run) {
   }
 }
 
-}  // namespace
-
 // Sector pricing (kDwSectorCost): ConvNeXt-T's first 7x7 layer (56x56x96,
 // bfloat16) runs whole 32-byte sectors of channels a pixel; the flat factor
 // picked 8-byte runs, a quarter of each sector fetched.
@@ -538,6 +536,8 @@ void sector_choices(Tally& run) {
     std::printf("FAIL: sector pricing at 56x56x96 bf16: runs of %d bytes priced, %d flat\n", priced_bytes, flat_bytes);
   run(ok && priced_bytes >= 32 && flat_bytes < 32);
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 100;
