@@ -23,6 +23,7 @@
 
 #include "columns/columns.h"
 #include "columns/columns_generic.cuh"
+#include "columns/fold_cf_window.cuh"
 #include "columns/fold_cl_taps.cuh"
 #include "columns/fold_staged.cuh"
 #include "columns/fold_vector.cuh"
@@ -676,6 +677,13 @@ cudaError_t unfold_typed(const void* xv, void* colsv, const Geometry& g,
   return cudaGetLastError();
 }
 
+// JAX_IM2COL_NO_CF_FOLD_WINDOW=1 leaves the 3-tap windows to the staged,
+// vector and per-thread folds (docs/optimization-log.md, step 116).
+bool fold_window_on() {
+  static const bool on = switch_on(Switch::kFoldWindow);
+  return on;
+}
+
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
 // per-thread gather (docs/optimization-log.md, step 58).
 bool staged_fold_on() {
@@ -759,6 +767,20 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];
+  // Windows of 3 taps a dimension, fixed at compile time (fold_cf_window.cuh).
+  constexpr int E = fold_window_elements<TC>();
+  FoldWindowPlan wp;
+  if (fold_window_on() && plan_fold_window(g, lay, C, nc, E, &wp)) {
+    const bool vector_store = width % E == 0 && aligned_to(x, sizeof(TX) * E);
+    with_last_stride(g, [&](auto stride) {
+      constexpr int S = decltype(stride)::value;
+      if constexpr (S > 0) {
+        fold_cf_window_kernel<ND, kFoldWindowTaps, S, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
+            cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+      }
+    });
+    return cudaGetLastError();
+  }
   const int64_t lines = nc * C * (g.in_size / width);
   // Whole planes staged in shared memory where they fit (fold_staged.cuh),
   // planned once: before the vector fold where a thread sums runs of S * 4
