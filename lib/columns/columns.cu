@@ -684,6 +684,13 @@ bool fold_window_on() {
   return on;
 }
 
+// JAX_IM2COL_NO_CF_FOLD_WINDOW_QUADS=1: the window fold sums 2-byte
+// elements two a thread, not four (docs/optimization-log.md, step 116).
+bool fold_window_quads_on() {
+  static const bool on = switch_on(Switch::kFoldWindowQuads);
+  return on;
+}
+
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
 // per-thread gather (docs/optimization-log.md, step 58).
 bool staged_fold_on() {
@@ -767,19 +774,29 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];
-  // Windows of 3 taps a dimension, fixed at compile time (fold_cf_window.cuh).
-  constexpr int E = fold_window_elements<TC>();
+  // Windows of 3 taps a dimension, stride 1 or 2, fixed at compile time
+  // (fold_cf_window.cuh).
   FoldWindowPlan wp;
-  if (fold_window_on() && plan_fold_window(g, lay, C, nc, E, &wp)) {
-    const bool vector_store = width % E == 0 && aligned_to(x, sizeof(TX) * E);
-    with_last_stride(g, [&](auto stride) {
-      constexpr int S = decltype(stride)::value;
-      if constexpr (S > 0) {
-        fold_cf_window_kernel<ND, kFoldWindowTaps, S, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
-            cols, x, g, C, n0, lay, wp, accumulate, vector_store);
-      }
-    });
-    return cudaGetLastError();
+  auto fold_window = [&](auto elements) {
+    constexpr int E = decltype(elements)::value;
+    const bool s2 = g.stride[0] == 2;
+    if (!plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) return false;
+    const int64_t pair = s2 ? 2 : E;
+    const bool vector_store = width % pair == 0 && aligned_to(x, sizeof(TX) * pair);
+    if (s2) {
+      fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX><<<blocks_for(wp.items), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+    } else {
+      fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+    }
+    return true;
+  };
+  if (fold_window_on()) {
+    const bool done = fold_window_quads_on()
+                          ? fold_window(std::integral_constant<int, fold_window_elements<TC>(true)>{})
+                          : fold_window(std::integral_constant<int, fold_window_elements<TC>(false)>{});
+    if (done) return cudaGetLastError();
   }
   const int64_t lines = nc * C * (g.in_size / width);
   // Whole planes staged in shared memory where they fit (fold_staged.cuh),

@@ -1,9 +1,10 @@
 // Channels-first fold with the window fixed at compile time (columns.cu
-// chooses it): T taps along every dimension and stride S (1 or 2) along every
-// dimension, no lhs dilation; rhs dilation, padding and extents are read at
-// run time. A thread sums E consecutive elements of one input line (E = 2 for
-// 2-byte elements: they share the decomposition of the thread's index and the
-// outer dimensions' taps). Every tap's position, validity and address is
+// chooses it): T taps along every dimension, the same stride (1 or 2) along
+// every one, no lhs dilation; rhs dilation, padding and extents are read at
+// run time. At unit stride a thread sums E consecutive elements of one input
+// line (E = 2 or 4 for 2-byte elements: they share the decomposition of the
+// thread's index and the outer dimensions' taps); at stride 2 a cell of 2^ND
+// (fold_cf_window_s2_kernel below). Every tap's position, validity and address is
 // straight-line code, all T^ND x E loads are issued before the first add, and
 // each warp's load of one tap is one contiguous run of the columns.
 //
@@ -23,59 +24,62 @@ namespace im2col::cuda {
 
 constexpr int64_t kFoldWindowTaps = 3;
 
-// Elements a thread: two of a 2-byte type, else one.
+// Elements a thread: E of a 2-byte type (`quads`: 4, else 2), else one.
 template <typename TC>
-constexpr int fold_window_elements() {
-  return sizeof(TC) == 2 ? 2 : 1;
+constexpr int fold_window_elements(bool quads) {
+  return sizeof(TC) == 2 ? (quads ? 4 : 2) : 1;
 }
 
 struct FoldWindowPlan {
-  int32_t runs = 0;       // per line: ceil(in[ND - 1] / E)
-  int32_t items = 0;      // nc * C * lines * runs (threads of work)
-  FastDiv runs_div;       // runs
-  FastDiv in[kMaxSpatial];  // g.in[0..ND-2]
-  FastDiv channels;       // C
+  int32_t items = 0;        // threads of work: nc * C * cells
+  FastDiv runs_div;         // cells along the last dimension
+  FastDiv in[kMaxSpatial];  // cells along dimensions 0..ND-2
+  FastDiv channels;         // C
 };
 
-// Whether the kernel applies: T taps and stride S (1 or 2) along every
-// dimension, no lhs dilation, the whole columns (no chunk of positions), every
-// index of the work and every offset within one image's channel of the
-// columns in 32 bits. Fills *p.
+// Whether the kernels apply: T taps along every dimension and the same
+// stride S, 1 or 2, along every one, no lhs dilation, the whole columns (no
+// chunk of positions), every index of the work and every offset within one
+// image's channel of the columns in 32 bits. A thread's cell of elements:
+// E along the last dimension at unit stride, 2 along every dimension at
+// stride 2. Fills *p.
 inline bool plan_fold_window(const Geometry& g, const ColumnsLayout& lay, int64_t C, int64_t nc, int64_t E,
                              FoldWindowPlan* p) {
   constexpr int64_t kMax = (int64_t{1} << 31) - 1;
   const int nd = g.nd;
-  if (g.any_lhs_dilation || C <= 0 || nc <= 0) return false;
+  const int64_t S = g.stride[0];
+  if (g.any_lhs_dilation || C <= 0 || nc <= 0 || (S != 1 && S != 2)) return false;
   for (int d = 0; d < nd; ++d) {
-    if (g.kernel[d] != kFoldWindowTaps || g.stride[d] != g.stride[0]) return false;
+    if (g.kernel[d] != kFoldWindowTaps || g.stride[d] != S) return false;
     if (g.rhs_dilation[d] > kMax / kFoldWindowTaps || g.pad_lo[d] > kMax / 2 || g.pad_lo[d] < -kMax / 2) return false;
   }
-  if (g.stride[0] != 1 && g.stride[0] != 2) return false;
-  const int64_t width = g.in[nd - 1], runs = (width + E - 1) / E;
-  const int64_t lines = g.in_size / width;
-  if (g.out_size > kMax || g.in_size > kMax || nc * C > kMax / lines || nc * C * lines > kMax / runs) return false;
   // Whole columns (chunks of positions go to the other folds), offsets within
   // an (n, c) block of rows in 32 bits.
   if (lay.l0 != 0 || lay.lc != g.out_size || lay.row_stride > kMax / g.kernel_size) return false;
-  p->runs = static_cast<int32_t>(runs);
-  p->items = static_cast<int32_t>(nc * C * lines * runs);
-  p->runs_div = FastDiv(runs);
-  for (int d = 0; d < nd - 1; ++d) p->in[d] = FastDiv(g.in[d]);
+  if (g.out_size > kMax || g.in_size > kMax) return false;
+  int64_t cells = nc * C;
+  for (int d = 0; d < nd; ++d) {
+    const int64_t cell = d == nd - 1 && S == 1 ? E : S, n = (g.in[d] + cell - 1) / cell;
+    if (cells > kMax / n) return false;
+    cells *= n;
+    if (d < nd - 1) p->in[d] = FastDiv(n);
+    else p->runs_div = FastDiv(n);
+  }
+  p->items = static_cast<int32_t>(cells);
   p->channels = FastDiv(C);
   return true;
 }
 
 // Along dimension d, for input coordinate q: the output position o[j] at
 // which tap j reads it, and whether one does (ok[j]).
-template <int T, int S>
+template <int T>
 __device__ __forceinline__ void window_positions(const Geometry& g, int d, int32_t q, int32_t* o, bool* ok) {
   const int32_t a = q + static_cast<int32_t>(g.pad_lo[d]), dil = static_cast<int32_t>(g.rhs_dilation[d]);
   const int32_t out = static_cast<int32_t>(g.out[d]);
 #pragma unroll
   for (int j = 0; j < T; ++j) {
-    const int32_t r = a - j * dil;  // o * S when a tap reads q
-    o[j] = S == 1 ? r : r >> 1;
-    ok[j] = r >= 0 && (S == 1 || (r & (S - 1)) == 0) && o[j] < out;
+    o[j] = a - j * dil;
+    ok[j] = o[j] >= 0 && o[j] < out;
   }
 }
 
@@ -86,7 +90,7 @@ __device__ __forceinline__ T negative_zero() {
   return store_value<T>(static_cast<typename Acc<T>::type>(-0.0));
 }
 
-template <int ND, int T, int S, typename TC, typename TX, int E>
+template <int ND, int T, typename TC, typename TX, int E>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                       ColumnsLayout lay, FoldWindowPlan p, bool accumulate, bool vector_store) {
@@ -100,7 +104,7 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
   for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < static_cast<uint32_t>(p.items);
        t += gridDim.x * blockDim.x) {
     int32_t line, run, plane, n, c;
-    p.runs_div.divmod(static_cast<int32_t>(t), line, run);
+    p.runs_div.divmod(static_cast<int32_t>(t), line, run);  // line: of x, over (n, c) and dimensions 0..ND-2
     int32_t q[kMaxSpatial];
     plane = line;
 #pragma unroll
@@ -116,7 +120,7 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
     } else {
       int32_t o0[T], o1[T];
       bool ok0[T], ok1[T];
-      window_positions<T, S>(g, 0, q[0], o0, ok0);
+      window_positions<T>(g, 0, q[0], o0, ok0);
       if constexpr (ND == 2) {
 #pragma unroll
         for (int i = 0; i < T; ++i) {
@@ -124,7 +128,7 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
           outer_ok[i] = ok0[i];
         }
       } else {
-        window_positions<T, S>(g, 1, q[1], o1, ok1);
+        window_positions<T>(g, 1, q[1], o1, ok1);
 #pragma unroll
         for (int i = 0; i < T; ++i)
 #pragma unroll
@@ -137,7 +141,7 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
     int32_t last[E][T];
     bool last_ok[E][T];
 #pragma unroll
-    for (int e = 0; e < E; ++e) window_positions<T, S>(g, ND - 1, w0 + e, last[e], last_ok[e]);
+    for (int e = 0; e < E; ++e) window_positions<T>(g, ND - 1, w0 + e, last[e], last_ok[e]);
     // Offsets within the (n, c) block fit 32 bits (the plan).
     const TC* base = cols + n * lay.image_stride + static_cast<int64_t>(c) * block;
     keep_in_register(base);  // a wide multiply-add a load from here, not a 64-bit index sum
@@ -173,6 +177,117 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
 #pragma unroll
       for (int e = 0; e < E; ++e)
         if (w0 + e < width) xr[e] = out.v[e];
+    }
+  }
+}
+
+// Stride 2: a thread sums the 2^ND elements of one cell, coordinates 2 b + a
+// (a = 0, 1) along each dimension. Along a dimension, tap j reads the one of
+// the two coordinates of the parity of pad_lo - j * dilation + 2 b, so each
+// of the cell's T^ND taps reads one column entry, for one element (a[j]),
+// and a warp's loads of a tap are consecutive entries: no load is wasted on
+// the strided positions a one-element thread would test.
+template <int T>
+__device__ __forceinline__ void cell_positions(const Geometry& g, int d, int32_t q0, int32_t* o, int32_t* a,
+                                               bool* ok) {
+  const int32_t r0 = q0 + static_cast<int32_t>(g.pad_lo[d]), dil = static_cast<int32_t>(g.rhs_dilation[d]);
+  const int32_t out = static_cast<int32_t>(g.out[d]), in = static_cast<int32_t>(g.in[d]);
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+    const int32_t r = r0 - j * dil;
+    a[j] = r & 1;
+    o[j] = (r + a[j]) >> 1;
+    ok[j] = o[j] >= 0 && o[j] < out && q0 + a[j] < in;
+  }
+}
+
+template <int ND, int T, typename TC, typename TX>
+__global__ void __launch_bounds__(kThreads)
+fold_cf_window_s2_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
+                         ColumnsLayout lay, FoldWindowPlan p, bool accumulate, bool vector_store) {
+  using A = typename Acc<TX>::type;
+  constexpr int K = ND == 1 ? T : ND == 2 ? T * T : T * T * T;
+  constexpr int kCell = 1 << ND;
+  const int32_t row_stride = static_cast<int32_t>(lay.row_stride);
+  const int32_t block = K * row_stride;
+  TX* const x_images = x + n0 * C * g.in_size;
+  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < static_cast<uint32_t>(p.items);
+       t += gridDim.x * blockDim.x) {
+    int32_t rest, b[kMaxSpatial], n, c;
+    p.runs_div.divmod(static_cast<int32_t>(t), rest, b[ND - 1]);
+#pragma unroll
+    for (int d = ND - 2; d >= 0; --d) p.in[d].divmod(rest, rest, b[d]);
+    p.channels.divmod(rest, n, c);
+    int32_t o[ND][T], a[ND][T];
+    bool ok[ND][T];
+#pragma unroll
+    for (int d = 0; d < ND; ++d) cell_positions<T>(g, d, 2 * b[d], o[d], a[d], ok[d]);
+    const TC* base = cols + n * lay.image_stride + static_cast<int64_t>(c) * block;
+    keep_in_register(base);
+    TC v[K];
+    int32_t cell[K];  // the element of the cell tap k reads for: its a bits, dimension 0 highest
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      int32_t l = 0, e = 0;
+      bool valid = true;
+#pragma unroll
+      for (int d = 0, kk = k, span = K / T; d < ND; ++d, kk %= span, span /= T) {
+        const int j = kk / span;
+        l = l * static_cast<int32_t>(g.out[d]) + o[d][j];
+        e = e * 2 + a[d][j];
+        valid = valid && ok[d][j];
+      }
+      cell[k] = e;
+      v[k] = valid ? __ldg(base + (k * row_stride + l)) : negative_zero<TC>();
+    }
+    // The cell's elements in x: rows along the last dimension, pairs in them.
+    int64_t row_start[kCell / 2];
+    bool row_in[kCell / 2];
+#pragma unroll
+    for (int r = 0; r < kCell / 2; ++r) {
+      int64_t flat = rest;  // (n, c), then the outer coordinates
+      bool in = true;
+#pragma unroll
+      for (int d = 0; d < ND - 1; ++d) {
+        const int32_t q = 2 * b[d] + ((r >> (ND - 2 - d)) & 1);
+        flat = flat * g.in[d] + q;
+        in = in && q < g.in[d];
+      }
+      row_start[r] = flat * g.in[ND - 1] + 2 * b[ND - 1];
+      row_in[r] = in;
+    }
+    const bool pair_in = 2 * b[ND - 1] + 1 < g.in[ND - 1];
+    A acc[kCell];
+#pragma unroll
+    for (int r = 0; r < kCell / 2; ++r) {
+      const TX* xr = x_images + row_start[r];
+      const bool read = accumulate && row_in[r];
+      if (read && vector_store && pair_in) {
+        const Pack<TX, 2> old = *reinterpret_cast<const Pack<TX, 2>*>(xr);
+        acc[2 * r] = static_cast<A>(to_acc(old.v[0]));
+        acc[2 * r + 1] = static_cast<A>(to_acc(old.v[1]));
+      } else {
+        acc[2 * r] = read ? static_cast<A>(to_acc(xr[0])) : A(0);
+        acc[2 * r + 1] = read && pair_in ? static_cast<A>(to_acc(xr[1])) : A(0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int e = 0; e < kCell; ++e) acc[e] += cell[k] == e ? static_cast<A>(to_acc(v[k])) : static_cast<A>(-0.0);
+#pragma unroll
+    for (int r = 0; r < kCell / 2; ++r) {
+      if (!row_in[r]) continue;
+      TX* xr = x_images + row_start[r];
+      Pack<TX, 2> out;
+      out.v[0] = store_value<TX>(acc[2 * r]);
+      out.v[1] = store_value<TX>(acc[2 * r + 1]);
+      if (vector_store && pair_in) {
+        *reinterpret_cast<Pack<TX, 2>*>(xr) = out;
+      } else {
+        xr[0] = out.v[0];
+        if (pair_in) xr[1] = out.v[1];
+      }
     }
   }
 }

@@ -4,7 +4,8 @@
 // of 3 taps a dimension: 1-, 2- and 3-D, strides 1 and 2, dilations and
 // paddings (negative ones too), gaps between rows and between images,
 // accumulation into x, x misaligned at times (scalar stores), each dtype
-// family, float columns into bfloat16 x. The kernel has no shared memory
+// family and both element counts a thread of the 2-byte ones, float columns
+// into bfloat16 x. The kernel has no shared memory
 // and no barrier, so its threads run one after another. Run by
 // tests/test_kernels_on_host.py; prints "N passed, M failed".
 #include <algorithm>
@@ -48,9 +49,11 @@ Geometry random_geometry(int nd, int S) {
 
 int vector_stores = 0;  // cases that took the vector stores (E > 1)
 
-template <int ND, int S, typename TC, typename TX>
+// S = 1: fold_cf_window_kernel (E elements a thread), S = 2:
+// fold_cf_window_s2_kernel (cells of 2^ND).
+template <int ND, typename TC, typename TX, bool QUADS = false, int S = 1>
 bool one_case() {
-  constexpr int E = fold_window_elements<TC>();
+  constexpr int E = S == 1 ? fold_window_elements<TC>(QUADS) : 2;
   const Geometry g = random_geometry(ND, S);
   if (g.out_size <= 0) return true;
   const int64_t C = draw(1, 5), N = draw(1, 3), n0 = draw(0, static_cast<int>(N) - 1);
@@ -61,8 +64,8 @@ bool one_case() {
   lay.image_stride = C * K * lay.row_stride + draw(0, 1) * draw(1, 9);
   const bool accumulate = draw(0, 1) == 1;
   FoldWindowPlan plan;
-  if (!plan_fold_window(g, lay, C, nc, E, &plan)) {
-    std::printf("FAIL: no plan for nd %d, S %d\n", ND, S);
+  if (!plan_fold_window(g, lay, C, nc, S == 1 ? E : 1, &plan)) {
+    std::printf("FAIL: no plan for nd %d\n", ND);
     return false;
   }
   // Small integers: every sum is exact in each type, so the check is equality.
@@ -75,16 +78,21 @@ bool one_case() {
   for (auto& v : x0) v = small_value<TX>();
   std::copy(x0.begin(), x0.end(), x);
   const std::vector<double> want = fold_cf_reference(g, lay, cols, x0, C, n0, nc, accumulate);
-  const bool vector_store = !misaligned && g.in[ND - 1] % E == 0;
+  const bool vector_store = !misaligned && g.in[ND - 1] % E == 0;  // the launcher's rule
   vector_stores += vector_store && E > 1;
   launch(blocks_for(plan.items), [&] {
-    fold_cf_window_kernel<ND, kFoldWindowTaps, S, TC, TX, E>(cols.data(), x, g, C, n0, lay, plan, accumulate,
-                                                             vector_store);
+    if constexpr (S == 1) {
+      fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E>(cols.data(), x, g, C, n0, lay, plan, accumulate,
+                                                            vector_store);
+    } else {
+      fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX>(cols.data(), x, g, C, n0, lay, plan, accumulate,
+                                                            vector_store);
+    }
   });
   for (size_t i = 0; i < x0.size(); ++i) {
     if (to_double(x[i]) != want[i]) {
-      std::printf("FAIL: nd %d, S %d, %zu-byte columns, element %zu: got %g, want %g\n", ND, S, sizeof(TC), i,
-                  to_double(x[i]), want[i]);
+      std::printf("FAIL: nd %d, stride %d, %zu-byte columns, E %d, element %zu: got %g, want %g\n", ND, S,
+                  sizeof(TC), E, i, to_double(x[i]), want[i]);
       return false;
     }
   }
@@ -114,7 +122,7 @@ bool refusals() {
   finish_geometry(h, pad_hi);
   ok = ok && !plan_fold_window(h, lay, 4, 2, 1, &p);
   h = g;
-  h.stride[1] = 2;  // strides that differ between dimensions
+  h.stride[1] = 2;  // along one dimension
   finish_geometry(h, pad_hi);
   ok = ok && !plan_fold_window(h, lay, 4, 2, 1, &p);
   h = g;
@@ -140,17 +148,26 @@ int main(int argc, char** argv) {
   Tally run;
   run(refusals());
   for (int i = 0; i < rounds; ++i) {
-    run(one_case<1, 1, float, float>());
-    run(one_case<1, 2, __nv_bfloat16, __nv_bfloat16>());
-    run(one_case<2, 1, float, float>());
-    run(one_case<2, 2, float, float>());
-    run(one_case<2, 1, __nv_bfloat16, __nv_bfloat16>());
-    run(one_case<2, 2, __half, __half>());
-    run(one_case<2, 1, double, double>());
-    run(one_case<2, 1, float, __nv_bfloat16>());
-    run(one_case<3, 1, float, float>());
-    run(one_case<3, 2, __nv_bfloat16, __nv_bfloat16>());
-    run(one_case<3, 1, __half, __half>());
+    run(one_case<1, float, float>());
+    run(one_case<1, __nv_bfloat16, __nv_bfloat16>());
+    run(one_case<1, __half, __half, true>());
+    run(one_case<2, float, float>());
+    run(one_case<2, __nv_bfloat16, __nv_bfloat16>());
+    run(one_case<2, __nv_bfloat16, __nv_bfloat16, true>());
+    run(one_case<2, __half, __half>());
+    run(one_case<2, double, double>());
+    run(one_case<2, float, __nv_bfloat16>());
+    run(one_case<3, float, float>());
+    run(one_case<3, __nv_bfloat16, __nv_bfloat16, true>());
+    run(one_case<3, __half, __half>());
+    run(one_case<1, float, float, false, 2>());
+    run(one_case<1, __nv_bfloat16, __nv_bfloat16, false, 2>());
+    run(one_case<2, float, float, false, 2>());
+    run(one_case<2, __nv_bfloat16, __nv_bfloat16, false, 2>());
+    run(one_case<2, double, double, false, 2>());
+    run(one_case<2, float, __nv_bfloat16, false, 2>());
+    run(one_case<3, float, float, false, 2>());
+    run(one_case<3, __half, __half, false, 2>());
   }
   if (vector_stores == 0) {
     std::printf("FAIL: no case took the vector stores\n");
