@@ -7,7 +7,7 @@ so that XLA's own compilation, the clocks and the load are the same for all.
 
     python benchmarks/routing_ab.py [--model mobilenetv2] [--dtype bf16]
         [--candidates depthwise_56,depthwise_56_fwd_dx] [--steps 10] [--repeats 7]
-    python benchmarks/routing_ab.py --model convnext_t --candidates large_filter_14_28,large_filter_28
+    python benchmarks/routing_ab.py --model convnext_t --candidates large_filter_all
 
 A candidate wraps jax_im2col.conv.routing.xla_is_faster while its step is
 traced, so it costs no rebuild. Prints each step's median ms, its ratio to
@@ -47,17 +47,16 @@ def depthwise_half(max_side: int, ops=ALL_OPS, taps=lambda k: k == 9, min_side: 
   return applies
 
 
-# The rule on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) was the
-# candidate "depthwise_small" here until it became a rule; under the rules
-# as they stand it would move nothing.
+# The rules on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) and on large-window
+# filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
+# "depthwise_small" and "large_filter_14_28" here until they became rules; under the
+# rules as they stand they would move nothing.
 CANDIDATES = {
     "depthwise_56": depthwise_half(56),
     "depthwise_56_fwd_dx": depthwise_half(56, ("forward", "input_gradient")),
-    # ConvNeXt-T's bfloat16 7x7 filter gradients on maps of 28 and 14, 1.5x XLA's alone
-    # (optimization log, step 115), and without the 7x7 map's (0.33x).
-    "large_filter_14_28": depthwise_half(28, ("filter_gradient",), taps=lambda k: k >= 25, min_side=14),
-    # The same with the 7x7 map's: the class measured on 2026-11-28 (step 115).
-    "large_filter_28": depthwise_half(28, ("filter_gradient",), taps=lambda k: k >= 25),
+    # ConvNeXt-T's bfloat16 7x7 filter gradients on every map, 7x7 included (0.33x XLA's
+    # alone; the class measured on 2026-11-28, optimization log, step 115).
+    "large_filter_all": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25),
 }
 
 

@@ -212,13 +212,12 @@ def test_routing_candidate_sends_its_class_to_xla_while_traced():
     routing.xla_is_faster = rules
   with jax_im2col.force_algorithm("auto"):
     assert "xla" not in plan((64, 56, 56, 144), (3, 3, 1, 144), (1, 1))
-    assert "xla" not in plan((32, 28, 28, 192), (7, 7, 1, 192), (1, 1))
-  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["large_filter_14_28"], rules)
+    assert "xla" not in plan((32, 56, 56, 96), (7, 7, 1, 96), (1, 1))
+  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["large_filter_all"], rules)
   try:
     with jax_im2col.force_algorithm("auto"):
-      assert plan((32, 28, 28, 192), (7, 7, 1, 192), (1, 1)) == ("depthwise", "depthwise", "xla")
-      assert plan((32, 14, 14, 384), (7, 7, 1, 384), (1, 1)) == ("depthwise", "depthwise", "xla")
-      assert "xla" not in plan((32, 56, 56, 96), (7, 7, 1, 96), (1, 1))
-      assert "xla" not in plan((32, 7, 7, 768), (7, 7, 1, 768), (1, 1))
+      assert plan((32, 56, 56, 96), (7, 7, 1, 96), (1, 1)) == ("depthwise", "depthwise", "xla")
+      assert plan((32, 7, 7, 768), (7, 7, 1, 768), (1, 1)) == ("depthwise", "depthwise", "xla")
+      assert "xla" not in plan((32, 56, 56, 96), (7, 7, 1, 96), (2, 2))
   finally:
     routing.xla_is_faster = rules

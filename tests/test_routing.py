@@ -37,8 +37,16 @@ def test_auto_routes_by_class(dtype):
   assert (fwd == "xla") == (dtype == jnp.float32) and (dx, dw) == ("xla", "xla")
   # ConvNeXt's 2x2 stride 2 downsampling (a reshape and a GEMM): the project's forward.
   assert plan(f(32, 56, 56, 96), f(2, 2, 96, 192), (2, 2), "VALID")[0] != "xla"
-  # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op.
+  # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op, but for
+  # the bfloat16 filter gradients on its 28x28 and 14x14 maps; its 7x7 map's and
+  # RepLKNet's larger windows keep the project's kernels.
   assert plan(f(32, 56, 56, 96), f(7, 7, 1, 96), groups=96) == ("depthwise",) * 3
+  assert plan(f(32, 7, 7, 768), f(7, 7, 1, 768), groups=768) == ("depthwise",) * 3
+  for side, c in ((28, 192), (14, 384)):
+    got = plan(f(32, side, side, c), f(7, 7, 1, c), groups=c)
+    assert got == (("depthwise",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
+  assert "xla" not in plan(f(32, 28, 28, 192), f(7, 7, 1, 192), (2, 2), groups=192)
+  assert "xla" not in plan(f(16, 28, 28, 256), f(27, 27, 1, 256), groups=256)
   # MobileNetV2's 3x3 depthwise: the forward on XLA in float32, the project's
   # kernels in bfloat16 (the whole model's train step said so).
   dw = plan(f(64, 56, 56, 144), f(3, 3, 1, 144), groups=144)

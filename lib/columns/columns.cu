@@ -684,13 +684,6 @@ bool fold_window_on() {
   return on;
 }
 
-// JAX_IM2COL_NO_CF_FOLD_WINDOW_QUADS=1: the window fold sums 2-byte
-// elements two a thread, not four (docs/optimization-log.md, step 116).
-bool fold_window_quads_on() {
-  static const bool on = switch_on(Switch::kFoldWindowQuads);
-  return on;
-}
-
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
 // per-thread gather (docs/optimization-log.md, step 58).
 bool staged_fold_on() {
@@ -774,29 +767,24 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];
-  // Windows of 3 taps a dimension, stride 1 or 2, fixed at compile time
-  // (fold_cf_window.cuh).
+  // Windows of 3 taps a dimension fixed at compile time (fold_cf_window.cuh):
+  // at unit stride; at stride 2 for 4- and 8-byte elements (2-byte ones are
+  // faster in the vector fold there: docs/optimization-log.md, step 116).
+  constexpr int E = fold_window_elements<TC>();
+  const bool s2 = g.stride[0] == 2;
   FoldWindowPlan wp;
-  auto fold_window = [&](auto elements) {
-    constexpr int E = decltype(elements)::value;
-    const bool s2 = g.stride[0] == 2;
-    if (!plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) return false;
+  if (fold_window_on() && (!s2 || sizeof(TC) >= 4) && plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) {
     const int64_t pair = s2 ? 2 : E;
     const bool vector_store = width % pair == 0 && aligned_to(x, sizeof(TX) * pair);
     if (s2) {
-      fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX><<<blocks_for(wp.items), kThreads, 0, stream>>>(
-          cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+      if constexpr (sizeof(TC) >= 4)
+        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX><<<blocks_for(wp.items), kThreads, 0, stream>>>(
+            cols, x, g, C, n0, lay, wp, accumulate, vector_store);
     } else {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, wp, accumulate, vector_store);
     }
-    return true;
-  };
-  if (fold_window_on()) {
-    const bool done = fold_window_quads_on()
-                          ? fold_window(std::integral_constant<int, fold_window_elements<TC>(true)>{})
-                          : fold_window(std::integral_constant<int, fold_window_elements<TC>(false)>{});
-    if (done) return cudaGetLastError();
+    return cudaGetLastError();
   }
   const int64_t lines = nc * C * (g.in_size / width);
   // Whole planes staged in shared memory where they fit (fold_staged.cuh),

@@ -2,9 +2,9 @@
 // chooses it): T taps along every dimension, the same stride (1 or 2) along
 // every one, no lhs dilation; rhs dilation, padding and extents are read at
 // run time. At unit stride a thread sums E consecutive elements of one input
-// line (E = 2 or 4 for 2-byte elements: they share the decomposition of the
+// line (E = 2 for 2-byte elements: they share the decomposition of the
 // thread's index and the outer dimensions' taps); at stride 2 a cell of 2^ND
-// (fold_cf_window_s2_kernel below). Every tap's position, validity and address is
+// (fold_cf_window_s2_kernel below; 4- and 8-byte elements only). Every tap's position, validity and address is
 // straight-line code, all T^ND x E loads are issued before the first add, and
 // each warp's load of one tap is one contiguous run of the columns.
 //
@@ -24,10 +24,12 @@ namespace im2col::cuda {
 
 constexpr int64_t kFoldWindowTaps = 3;
 
-// Elements a thread: E of a 2-byte type (`quads`: 4, else 2), else one.
+// Elements a thread at unit stride: two of a 2-byte type, else one. Four
+// took 56 registers for 40 and were 9-12% slower on the 7 x 7 and 14 x 14
+// maps and the 3-D row, level elsewhere (docs/optimization-log.md, step 116).
 template <typename TC>
-constexpr int fold_window_elements(bool quads) {
-  return sizeof(TC) == 2 ? (quads ? 4 : 2) : 1;
+constexpr int fold_window_elements() {
+  return sizeof(TC) == 2 ? 2 : 1;
 }
 
 struct FoldWindowPlan {

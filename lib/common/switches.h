@@ -44,9 +44,7 @@ namespace im2col {
   X(kClGroups, "JAX_IM2COL_NO_CL_GROUPS", \
     "2-D channels-last unfold of few channels in groups of whole 16-byte vectors (columns/unfold_cl_groups.cuh)") \
   X(kFoldWindow, "JAX_IM2COL_NO_CF_FOLD_WINDOW", \
-    "channels-first fold of 3-tap windows, stride 1 or 2, fixed at compile time (columns/fold_cf_window.cuh)") \
-  X(kFoldWindowQuads, "JAX_IM2COL_NO_CF_FOLD_WINDOW_QUADS", \
-    "that fold's 2-byte elements four a thread (off: two)") \
+    "channels-first fold of 3-tap windows fixed at compile time (columns/fold_cf_window.cuh)") \
   X(kStagedFold, "JAX_IM2COL_NO_STAGED_FOLD", \
     "channels-first fold of planes staged whole in shared memory (columns/fold_staged.cuh)") \
   X(kFoldTaps, "JAX_IM2COL_NO_FOLD_TAPS", \

@@ -32,6 +32,11 @@ _DEPTHWISE_MIN_TAPS = 25
 # Largest side of a map on which a half-precision depthwise convolution with few
 # taps at unit stride runs faster on XLA's convolution (measured: the rule's reason).
 _SMALL_MAP = 28
+# The half-precision depthwise filter gradients of large windows that run faster on
+# XLA's convolution: maps of 14 to 28 a side, windows of at most 7x7 (the measured
+# class: ConvNeXt-T's; the 7x7 map's is 3x faster on the project's kernels).
+_LARGE_FILTER_SIDES = (14, 28)
+_CUDNN_MAX_TAPS = 49
 
 
 def _half(p) -> bool:
@@ -66,9 +71,16 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   op = p.op
   if spec.groups == p.c == p.o:
     if taps >= _DEPTHWISE_MIN_TAPS:
-      # 7x7: own / XLA 0.13-0.64 (f32), 0.84-0.95 (bf16). ConvNeXt-T's bf16 filter gradients on
-      # maps of 14-28 are 1.5x alone (device span, H100); a rule for them awaits its whole-model
-      # measurement (routing_ab.py's large_filter_14_28; optimization log, step 115).
+      side = max(p.in_spatial)
+      if (_half(p) and op == "filter_gradient" and not strided and taps <= _CUDNN_MAX_TAPS
+              and _LARGE_FILTER_SIDES[0] <= side <= _LARGE_FILTER_SIDES[1]):
+        return ("a half-precision depthwise filter gradient of a window up to 7x7 at unit stride on "
+                "a map of 14 to 28 a side: own / XLA 1.49-1.52 in device time (ConvNeXt-T's 7x7 "
+                "layers, H100); ConvNeXt-T's bfloat16 train step took 0.921x XLA's time with these on "
+                "XLA's, 0.943x on the project's kernels (one process, interleaved)")
+      # Otherwise own / XLA 0.13-0.64 (7x7 f32), 0.84-0.95 (bf16 forward and input gradient),
+      # 0.33 (the bf16 filter gradient on ConvNeXt-T's 7x7 map), and far below 1 for the
+      # 13x13 to 31x31 windows, where cuDNN has no kernel of its own for the window.
       return None
     if _half(p):
       if not strided and max(p.in_spatial) <= _SMALL_MAP:

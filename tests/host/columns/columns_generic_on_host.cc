@@ -22,6 +22,7 @@
 
 #include "host_cuda.h"
 #include "columns/columns_generic.cuh"
+#include "host_grid.h"
 #include "host_reference.h"
 
 using namespace im2col;
@@ -31,19 +32,6 @@ namespace {
 
 constexpr unsigned char kUnwritten = 0xa5;
 
-template <typename Kernel>
-void launch(int64_t threads, const Kernel& kernel) {
-  const unsigned blocks = blocks_for(threads);
-  gridDim.x = blocks;
-  blockDim.x = kThreads;
-  for (unsigned b = 0; b < blocks; ++b) {
-    blockIdx.x = b;
-    for (unsigned t = 0; t < kThreads; ++t) {
-      threadIdx.x = t;
-      kernel();
-    }
-  }
-}
 
 // A random geometry with at least one output position, or false.
 bool draw_fitting(int nd, Geometry* g) {
@@ -94,7 +82,7 @@ bool unfold_cf_case() {
   std::memset(cols, kUnwritten, storage.size() * sizeof(Pack<U, V>));
   const int64_t rows = nc * C, runs = (lay.lc + V - 1) / V;
   const bool vec = lay.row_stride % V == 0 && lay.image_stride % V == 0;
-  launch(rows * runs, [&] {
+  run_threads(rows * runs, [&] {
     unfold_cf_generic_kernel<ND, U, V>(x.data(), cols, g, C, n0, lay, rows, runs, vec);
   });
   for (int64_t n = 0; n < nc; ++n)
@@ -135,7 +123,7 @@ bool unfold_cl_case() {
   std::vector<U> cols(nc * lay.lc * K * C + 1);
   std::memset(cols.data(), kUnwritten, cols.size() * sizeof(U));
   const int64_t items = nc * lay.lc * G * K;
-  launch(items, [&] { unfold_cl_generic_kernel<ND, U>(x.data(), cols.data(), g, C, n0, lay, items); });
+  run_threads(items, [&] { unfold_cl_generic_kernel<ND, U>(x.data(), cols.data(), g, C, n0, lay, items); });
   for (int64_t i = 0; i < static_cast<int64_t>(cols.size()); ++i) {
     U want;
     if (i == static_cast<int64_t>(cols.size()) - 1) {
@@ -250,7 +238,7 @@ bool fold_cf_case() {
   const std::vector<E> before = x;
   const int64_t width = g.in[ND - 1], lines = nc * C * (g.in_size / width), runs = (width + V - 1) / V;
   const bool vec = width % V == 0;
-  launch(lines * runs, [&] {
+  run_threads(lines * runs, [&] {
     fold_cf_generic_kernel<ND, S, V>(cols.data(), x.data(), g, C, n0, lay, lines, runs, accumulate, vec);
   });
   return fold_matches<S>(
@@ -282,7 +270,7 @@ bool fold_cl_case() {
   E* xs = reinterpret_cast<E*>(x_storage.data());
   std::memcpy(xs, x.data(), x.size() * sizeof(E));
   const int64_t rows = nc * g.in_size;
-  launch(rows * (C / V), [&] {
+  run_threads(rows * (C / V), [&] {
     fold_cl_generic_kernel<ND, S, V>(cols, xs, g, C, n0, lay, rows, C / V, accumulate);
   });
   std::memcpy(x.data(), xs, x.size() * sizeof(E));

@@ -13,25 +13,13 @@
 
 #include "host_cuda.h"
 #include "columns/fold_vector.cuh"
+#include "host_grid.h"
 #include "host_reference.h"
 
 using namespace im2col;
 using namespace im2col::cuda;
 
 namespace {
-
-template <typename Kernel>
-void launch(unsigned blocks, Kernel&& kernel) {
-  gridDim.x = blocks;
-  blockDim.x = kThreads;
-  for (unsigned b = 0; b < blocks; ++b) {
-    blockIdx.x = b;
-    for (unsigned t = 0; t < kThreads; ++t) {
-      threadIdx.x = t;
-      kernel();
-    }
-  }
-}
 
 // A geometry the kernel takes with vectors of V and stride S along the last
 // dimension: lines of output positions a multiple of V, of the input a
@@ -76,7 +64,7 @@ bool one_case() {
   for (auto& v : x) v = from_float<T>(static_cast<float>(draw(-4, 4)));
   const std::vector<double> want = fold_cf_reference(g, lay, cols, x, C, n0, nc, accumulate);
   const int64_t x_lines = nc * C * (g.in_size / g.in[ND - 1]);
-  launch(blocks_for(x_lines * (g.in[ND - 1] / (S * V))), [&] {
+  run_grid(blocks_for(x_lines * (g.in[ND - 1] / (S * V))), [&] {
     fold_cf_vector_kernel<ND, T, T, V, S>(cols.data(), x.data(), g, C, n0, lay, x_lines, accumulate);
   });
   for (size_t i = 0; i < x.size(); ++i) {
