@@ -53,7 +53,10 @@ inline bool plan_fold_window(const Geometry& g, const ColumnsLayout& lay, int64_
   if (g.any_lhs_dilation || C <= 0 || nc <= 0 || (S != 1 && S != 2)) return false;
   for (int d = 0; d < nd; ++d) {
     if (g.kernel[d] != kFoldWindowTaps || g.stride[d] != S) return false;
-    if (g.rhs_dilation[d] > kMax / kFoldWindowTaps || g.pad_lo[d] > kMax / 2 || g.pad_lo[d] < -kMax / 2) return false;
+    // q + pad_lo - j * dilation in 32 bits for every coordinate q and tap j.
+    const int64_t pad = g.pad_lo[d] < 0 ? -g.pad_lo[d] : g.pad_lo[d];
+    if (g.rhs_dilation[d] > kMax || pad > kMax || g.in[d] + pad + (kFoldWindowTaps - 1) * g.rhs_dilation[d] > kMax)
+      return false;
   }
   // Whole columns (chunks of positions go to the other folds), offsets within
   // an (n, c) block of rows in 32 bits.
