@@ -123,9 +123,11 @@ bool refusals() {
   wide.row_stride = int64_t{1} << 28;  // 9 rows past 2^31 entries
   ok = ok && !plan_fold_window(g, wide, 4, 2, 1, &p);
   h = g;
-  h.pad_lo[0] = 8 - (int64_t{1} << 31);  // q + pad - j * dilation below -2^31
+  h.pad_lo[0] = 8 - (int64_t{1} << 31);  // q + pad - j * dilation below -2^31 (no output)
   finish_geometry(h, pad_hi);
-  ok = ok && !plan_fold_window(h, lay, 4, 2, 1, &p);
+  ColumnsLayout none;
+  none.lc = none.row_stride = h.out_size;
+  ok = ok && !plan_fold_window(h, none, 4, 2, 1, &p);
   ColumnsLayout chunk = lay;
   chunk.l0 = 1;  // a chunk of positions
   chunk.lc = g.out_size - 1;
