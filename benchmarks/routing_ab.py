@@ -57,6 +57,8 @@ CANDIDATES = {
     # ConvNeXt-T's bfloat16 7x7 filter gradients on every map, 7x7 included (0.33x XLA's
     # alone; the class measured on 2026-11-28, optimization log, step 115).
     "large_filter_all": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25),
+    # Those of the 56² map only (ConvNeXt-T's first stage: 1.32x XLA's alone on the H100).
+    "large_filter_56": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25, min_side=56),
 }
 
 

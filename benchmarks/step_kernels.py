@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where a whole train step's device time goes, kernel by kernel: the model
+benchmark's train step compiled with XLA's convolution, with the routing
+rules as they stand ("ours") and with routing_ab.py's candidate rules, each run
+for a few steps under torch's profiler (CUPTI sees every kernel of the
+process). Per variant it prints the device time per step by class of kernel
+(the project's kernels, XLA's convolutions, GEMMs, XLA's fusions,
+collectives, copies) and the kernels that take the most, then one JSON line.
+
+    python benchmarks/step_kernels.py [--model convnext_t] [--dtype bf16]
+        [--candidates large_filter_56] [--steps 5] [--top 15] [--out DIR]
+
+The sum of a step's kernels is its device busy time; the train step's wall
+clock (models.py, routing_ab.py) adds the gaps between kernels. A class of
+kernels, not one layer, is what this reads: which kernel belongs to which
+layer is not known here (per-layer times: models.py --per-layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import re
+
+import device_span
+from jax_im2col.conv import routing
+from model_bench.problem import init_variables, make_problem
+from model_bench.steps import init_train_state, train_step
+from model_bench.timing import train_loop
+from model_zoo import MODELS
+from routing_ab import CANDIDATES, with_candidate
+
+# First match wins; names are matched lower-cased.
+CLASSES = (
+    ("own", re.compile(r"im2col::")),
+    ("collective", re.compile(r"nccl")),
+    ("copy", re.compile(r"^memcpy|^memset|^cudamemcpy|^cudamemset")),
+    ("xla conv", re.compile(r"conv|fprop|dgrad|wgrad|cudnn|depthwise")),
+    ("gemm", re.compile(r"gemm|nvjet|cutlass|cublas")),
+)
+
+
+def kernel_class(name: str) -> str:
+  lower = name.lower()
+  return next((label for label, pattern in CLASSES if pattern.search(lower)), "xla fusion")
+
+
+def profile(run, steps: int) -> dict:
+  """Device microseconds per step: by class, and by kernel name."""
+  spans = device_span.kernel_spans(lambda: run(steps))
+  by_name = collections.defaultdict(float)
+  for name, start, end in spans:
+    by_name[name] += (end - start) / steps
+  by_class = collections.defaultdict(float)
+  for name, us in by_name.items():
+    by_class[kernel_class(name)] += us
+  busy = sum(by_class.values())
+  wall = (spans[-1][2] - spans[0][1]) / steps if spans else 0.0
+  return {"busy_us": busy, "span_us": wall, "kernels_per_step": len(spans) / steps,
+          "by_class": dict(by_class), "by_name": dict(by_name)}
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--model", default="convnext_t", choices=sorted(MODELS))
+  parser.add_argument("--dtype", default="bf16")
+  parser.add_argument("--preset", default="full")
+  parser.add_argument("--candidates", default="")
+  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--top", type=int, default=15)
+  parser.add_argument("--out", type=pathlib.Path)
+  args = parser.parse_args(argv)
+  names = [c for c in args.candidates.split(",") if c]
+  unknown = sorted(set(names) - set(CANDIDATES))
+  if unknown:
+    parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES)}")
+  if not device_span.available():
+    parser.error("needs torch with CUDA on a GPU (CUPTI timestamps)")
+
+  spec = MODELS[args.model]
+  problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
+  rules = routing.xla_is_faster
+  results = {}
+  for name, impl, applies in [("xla", "xla", None), ("ours", "ours", None)] + [
+      (n, "ours", CANDIDATES[n]) for n in names]:
+    routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
+    try:
+      state = init_train_state(problem.params, problem.state)
+      compiled = train_step(problem.modules[impl]).lower(state, problem.x, problem.labels).compile()
+    finally:
+      routing.xla_is_faster = rules
+    run = train_loop(compiled, state, problem.x, problem.labels)
+    run(3)
+    results[name] = profile(run, args.steps)
+
+  classes = sorted({c for r in results.values() for c in r["by_class"]})
+  print(f"{args.model} {args.dtype}: device us per train step by class of kernel")
+  width = max(14, 2 + max(len(n) for n in results))
+  print(f"{'class':12s}" + "".join(f"{n:>{width}s}" for n in results))
+  for c in classes + ["busy", "span"]:
+    row = [r["by_class"].get(c, 0.0) if c not in ("busy", "span") else r[f"{c}_us"]
+           for r in results.values()]
+    print(f"{c:12s}" + "".join(f"{v:{width}.1f}" for v in row))
+  for name, r in results.items():
+    print(f"\n{name}: the {args.top} kernels taking the most (us per step, class)")
+    for kernel, us in sorted(r["by_name"].items(), key=lambda kv: -kv[1])[:args.top]:
+      print(f"  {us:8.1f}  {kernel_class(kernel):10s}  {kernel[:110]}")
+  out = {"model": args.model, "dtype": args.dtype, "steps": args.steps, "results": results}
+  if args.out:
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"step_kernels_{args.model}_{args.dtype}.json").write_text(json.dumps(out, indent=1))
+  print(json.dumps({n: {k: r[k] for k in ("busy_us", "span_us", "by_class")}
+                    for n, r in results.items()}))
+  return out
+
+
+if __name__ == "__main__":
+  main()
