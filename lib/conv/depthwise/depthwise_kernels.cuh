@@ -51,9 +51,60 @@ __device__ __forceinline__ void dw_wait_copies() {
 #endif
 }
 
+// Stages a channels-last block of rows x cols pixels, nv vectors of V
+// channels each (c0..), from `plane` (pixels width apart, C channels) at
+// pixel (h0, w0) into `tile` (rows `pitch` pixels apart, nv * V channels a
+// pixel); zeros where h0 + r or w0 + c falls outside [0, h_hi) x [0, w_hi)
+// or a vector's channels start at C or past. Item i = (row r, cell cc =
+// column * nv + vector), cells fastest: a thread steps by the block's threads,
+// carrying r, cc and the row's offset rather than dividing (60 instructions
+// an item with divisions, 17 without; ConvNeXt's 7x7 forward spent a fifth of
+// its instructions there).
+template <int V, typename T>
+__device__ __forceinline__ void dw_stage_pixels(T* tile, int32_t pitch, const T* plane, const T* any, int32_t rows,
+                                                int32_t cols, int32_t nv, int32_t nv_shift, int32_t h0, int32_t w0,
+                                                int32_t h_hi, int32_t w_hi, int32_t width, int64_t C, int64_t c0) {
+  const int32_t tid = static_cast<int32_t>(threadIdx.x), nthreads = static_cast<int32_t>(blockDim.x);
+  const int32_t cells = cols * nv, items = rows * cells;
+  const int32_t dr = nthreads / cells, dc = nthreads - dr * cells;
+  const int64_t row_step = static_cast<int64_t>(width) * C;
+  int32_t r = tid / cells, cc = tid - r * cells;
+  int64_t row_off = (static_cast<int64_t>(h0) + r) * row_step;
+  for (int32_t i = tid; i < items; i += nthreads) {
+    const int32_t vec = cc & (nv - 1), c = cc >> nv_shift;
+    const int32_t h = h0 + r, w = w0 + c;
+    const int64_t ch = c0 + vec * V;
+    const bool valid = static_cast<uint32_t>(h) < static_cast<uint32_t>(h_hi) &&
+                       static_cast<uint32_t>(w) < static_cast<uint32_t>(w_hi) && ch < C;
+    dw_stage<V * sizeof(T)>(tile + (static_cast<int64_t>(r) * pitch * nv + cc) * V,
+                            valid ? plane + row_off + static_cast<int64_t>(w) * C + ch : any, valid);
+    cc += dc;
+    r += dr;
+    row_off += dr * row_step;
+    if (cc >= cells) {
+      cc -= cells;
+      ++r;
+      row_off += row_step;
+    }
+  }
+}
+
 // V elements at p (shared memory, aligned to the vector) as accumulators.
 template <int V, typename T, typename A>
 __device__ __forceinline__ void dw_load(A (&d)[V], const T* p) {
+#if defined(__CUDA_ARCH__)
+  // bfloat16 is float32's upper half: one shift or mask an element (nvcc's
+  // conversion took two: a byte permute, then the shift).
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float> && V % 2 == 0) {
+    const Pack<uint32_t, V / 2> u = *reinterpret_cast<const Pack<uint32_t, V / 2>*>(p);
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      d[2 * j] = __uint_as_float(u.v[j] << 16);
+      d[2 * j + 1] = __uint_as_float(u.v[j] & 0xffff0000u);
+    }
+    return;
+  }
+#endif
   if constexpr (V == 1) {
     d[0] = static_cast<A>(to_acc(*p));
   } else {
@@ -143,8 +194,22 @@ struct DwBlock {
 
 // Block b of a launch: channel run fastest (neighbouring blocks read the other
 // channels of the same pixels), then W tiles, H tiles, planes, images, phases.
-__host__ __device__ __forceinline__ DwBlock dw_forward_block_at(const DwTile& t, int64_t n_images, int64_t b) {
+__device__ __forceinline__ DwBlock dw_forward_block_at(const DwTile& t, int64_t n_images, int64_t b) {
   DwBlock k;
+  if (t.decode32) {
+    int32_t i = static_cast<int32_t>(b), run, tw, th;
+    t.by_launch_phase.divmod(i, k.phase, i);
+    t.by_runs.divmod(i, i, run);
+    t.by_tiles_w.divmod(i, i, tw);
+    t.by_tiles_h.divmod(i, i, th);
+    int32_t image;
+    t.by_planes.divmod(i, image, k.od);
+    k.n = image;
+    k.ow0 = tw * t.tw;
+    k.oh0 = th * t.th;
+    k.c0 = int64_t{run} * (t.cl ? t.cbp : t.nv);
+    return k;
+  }
   const int64_t per_phase = t.blocks * n_images;
   k.phase = static_cast<int32_t>(b / per_phase);
   b -= k.phase * per_phase;
@@ -209,18 +274,7 @@ __device__ __forceinline__ void dw_forward_fill(unsigned char* smem, const T* __
     const T* xp = x + (k.n * g.in[0] + id) * static_cast<int64_t>(IH) * IW * C;
     if (t.vector_io) {
       constexpr int V = sizeof(T) == 8 ? 2 : 4;
-      const int32_t items = t.ph * t.pw * t.nv;
-      for (int32_t i = tid; i < items; i += nthreads) {
-        const int32_t vec = i & (t.nv - 1);
-        int32_t r, c;
-        t.by_pw.divmod(i >> t.nv_shift, r, c);
-        const int32_t ih = ih0 + r, iw = iw0 + c;
-        const int64_t ch = k.c0 + vec * V;
-        const bool valid = static_cast<uint32_t>(ih) < static_cast<uint32_t>(IH) &&
-                           static_cast<uint32_t>(iw) < static_cast<uint32_t>(IW) && ch < C;
-        dw_stage<V * sizeof(T)>(tile + (r * t.pwa + c) * t.cbp + vec * V,
-                                valid ? xp + (static_cast<int64_t>(ih) * IW + iw) * C + ch : x, valid);
-      }
+      dw_stage_pixels<V>(tile, t.pwa, xp, x, t.ph, t.pw, t.nv, t.nv_shift, ih0, iw0, IH, IW, IW, C, k.c0);
     } else {
       const int32_t items = t.ph * t.pw * t.cbp;
       for (int32_t i = tid; i < items; i += nthreads) {
@@ -485,29 +539,8 @@ __device__ __forceinline__ void dw_filter_fill(unsigned char* smem, const T* __r
     const T* xp = x + (k.n * g.in[0] + id) * static_cast<int64_t>(IH) * IW * C;
     const T* dp = dy + (k.n * g.out[0] + od) * static_cast<int64_t>(OH) * OW * C;
     if (t.vector_io) {
-      const int32_t items = t.ph * t.pw * t.nv;
-      for (int32_t i = tid; i < items; i += nthreads) {
-        const int32_t vec = i & (t.nv - 1);
-        int32_t r, c;
-        t.by_pw.divmod(i >> t.nv_shift, r, c);
-        const int32_t ih = ih0 + r, iw = iw0 + c;
-        const int64_t ch = k.c0 + vec * V;
-        const bool valid = static_cast<uint32_t>(ih) < static_cast<uint32_t>(IH) &&
-                           static_cast<uint32_t>(iw) < static_cast<uint32_t>(IW) && ch < C;
-        dw_stage<V * sizeof(T)>(xt + (r * t.pwa + c) * t.cbp + vec * V,
-                                valid ? xp + (static_cast<int64_t>(ih) * IW + iw) * C + ch : x, valid);
-      }
-      const int32_t ditems = t.tr * t.tw * t.nv;
-      for (int32_t i = tid; i < ditems; i += nthreads) {
-        const int32_t vec = i & (t.nv - 1);
-        int32_t r, c;
-        t.by_tw.divmod(i >> t.nv_shift, r, c);
-        const int32_t oh = oh0 + r, ow = ow0 + c;
-        const int64_t ch = k.c0 + vec * V;
-        const bool valid = oh < h_hi && ow < w_hi && ch < C;
-        dw_stage<V * sizeof(T)>(dyt + (r * t.tw + c) * t.cbp + vec * V,
-                                valid ? dp + (static_cast<int64_t>(oh) * OW + ow) * C + ch : dy, valid);
-      }
+      dw_stage_pixels<V>(xt, t.pwa, xp, x, t.ph, t.pw, t.nv, t.nv_shift, ih0, iw0, IH, IW, IW, C, k.c0);
+      dw_stage_pixels<V>(dyt, t.tw, dp, dy, t.tr, t.tw, t.nv, t.nv_shift, oh0, ow0, h_hi, w_hi, OW, C, k.c0);
     } else {
       const int32_t items = t.ph * t.pw * t.cbp;
       for (int32_t i = tid; i < items; i += nthreads) {

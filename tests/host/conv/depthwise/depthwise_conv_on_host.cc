@@ -40,6 +40,7 @@ int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0,
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
+int decoded32 = 0;
 int ringed = 0, unringed = 0, multi_stage = 0, multi_tile = 0, met = 0, segmented = 0, tap_groups = 0;
 
 // Runs each(f) for every thread of the block in turn, each with its state.
@@ -154,6 +155,8 @@ void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int
   const DwGeom bound = dw_bound(p);
   if (!force_gather && plan_dw_tile(bound, C, CL, sizeof(T), sizeof(A), sizeof(TY), ring, narrow, N * p.count, &t, budget)) {
     t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
+    if (draw(0, 3) != 0) dw_tile_launch(t, N, p.count);  // else the 64-bit block decode
+    decoded32 += t.decode32;
     ++staged;
     ++(t.ring ? ringed : unringed);
     multi_stage += t.stages_h * t.stages_w > 1;
@@ -553,6 +556,7 @@ int main(int argc, char** argv) {
   std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
               "%d streamed runs, %d streamed filter gradients\n", ran_forward, ran_backward, ran_filter, staged, gathered,
               streamed, streamed_filter);
+  std::printf("forward tiles: %d with 32-bit block indices\n", decoded32);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
               ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);
