@@ -23,6 +23,7 @@ import collections
 import json
 import pathlib
 import re
+import time
 
 import device_span
 from jax_im2col.conv import routing
@@ -83,6 +84,7 @@ def main(argv=None) -> dict:
   problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
   rules = routing.xla_is_faster
   results = {}
+  start = time.time()
   for name, impl, applies in [("xla", "xla", None), ("ours", "ours", None)] + [
       (n, "ours", CANDIDATES[n]) for n in names]:
     routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
@@ -94,6 +96,7 @@ def main(argv=None) -> dict:
     run = train_loop(compiled, state, problem.x, problem.labels)
     run(3)
     results[name] = profile(run, args.steps)
+    print(f"[{time.time() - start:.0f} s] {name} compiled and profiled", flush=True)
 
   classes = sorted({c for r in results.values() for c in r["by_class"]})
   print(f"{args.model} {args.dtype}: device us per train step by class of kernel")
