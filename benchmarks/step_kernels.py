@@ -9,11 +9,13 @@ collectives, copies) and the kernels that take the most, then one JSON line.
 
     python benchmarks/step_kernels.py [--model convnext_t] [--dtype bf16]
         [--candidates large_filter_56] [--steps 5] [--top 15] [--out DIR]
+    python benchmarks/step_kernels.py --report DIR/step_kernels_MODEL_DTYPE.json [--top 15]
 
 The sum of a step's kernels is its device busy time; the train step's wall
 clock (models.py, routing_ab.py) adds the gaps between kernels. A class of
 kernels, not one layer, is what this reads: which kernel belongs to which
-layer is not known here (per-layer times: models.py --per-layer).
+layer is not known here (per-layer times: models.py --per-layer). --report prints a saved run
+again (its kernels classed by the rules as they stand), measuring nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ CLASSES = (
     ("own", re.compile(r"im2col::")),
     ("collective", re.compile(r"nccl")),
     ("copy", re.compile(r"^memcpy|^memset|^cudamemcpy|^cudamemset")),
-    ("xla conv", re.compile(r"conv|fprop|dgrad|wgrad|cudnn|depthwise")),
+    ("xla conv", re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|cudnn|depthwise")),
     ("gemm", re.compile(r"gemm|nvjet|cutlass|cublas")),
 )
 
@@ -49,18 +51,35 @@ def kernel_class(name: str) -> str:
 
 
 def profile(run, steps: int) -> dict:
-  """Device microseconds per step: by class, and by kernel name."""
+  """Device microseconds per step by kernel name; the busy time (their sum)
+  and the span (first kernel's start to last one's end)."""
   spans = device_span.kernel_spans(lambda: run(steps))
   by_name = collections.defaultdict(float)
   for name, start, end in spans:
     by_name[name] += (end - start) / steps
-  by_class = collections.defaultdict(float)
-  for name, us in by_name.items():
-    by_class[kernel_class(name)] += us
-  busy = sum(by_class.values())
   wall = (spans[-1][2] - spans[0][1]) / steps if spans else 0.0
-  return {"busy_us": busy, "span_us": wall, "kernels_per_step": len(spans) / steps,
-          "by_class": dict(by_class), "by_name": dict(by_name)}
+  return {"busy_us": sum(by_name.values()), "span_us": wall, "kernels_per_step": len(spans) / steps,
+          "by_name": dict(by_name)}
+
+
+def report(model: str, dtype: str, results: dict, top: int) -> None:
+  """The class table and each variant's top kernels; classes from the names."""
+  for r in results.values():
+    r["by_class"] = collections.defaultdict(float)
+    for name, us in r["by_name"].items():
+      r["by_class"][kernel_class(name)] += us
+  classes = sorted({c for r in results.values() for c in r["by_class"]})
+  print(f"{model} {dtype}: device us per train step by class of kernel")
+  width = max(14, 2 + max(len(n) for n in results))
+  print(f"{'class':12s}" + "".join(f"{n:>{width}s}" for n in results))
+  for c in classes + ["busy", "span"]:
+    row = [r["by_class"].get(c, 0.0) if c not in ("busy", "span") else r[f"{c}_us"]
+           for r in results.values()]
+    print(f"{c:12s}" + "".join(f"{v:{width}.1f}" for v in row))
+  for name, r in results.items():
+    print(f"\n{name}: the {top} kernels taking the most (us per step, class)")
+    for kernel, us in sorted(r["by_name"].items(), key=lambda kv: -kv[1])[:top]:
+      print(f"  {us:8.1f}  {kernel_class(kernel):10s}  {kernel[:110]}")
 
 
 def main(argv=None) -> dict:
@@ -72,7 +91,12 @@ def main(argv=None) -> dict:
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--top", type=int, default=15)
   parser.add_argument("--out", type=pathlib.Path)
+  parser.add_argument("--report", type=pathlib.Path, help="print a saved run's JSON, measure nothing")
   args = parser.parse_args(argv)
+  if args.report:
+    saved = json.loads(args.report.read_text())
+    report(saved["model"], saved["dtype"], saved["results"], args.top)
+    return saved
   names = [c for c in args.candidates.split(",") if c]
   unknown = sorted(set(names) - set(CANDIDATES))
   if unknown:
@@ -98,18 +122,7 @@ def main(argv=None) -> dict:
     results[name] = profile(run, args.steps)
     print(f"[{time.time() - start:.0f} s] {name} compiled and profiled", flush=True)
 
-  classes = sorted({c for r in results.values() for c in r["by_class"]})
-  print(f"{args.model} {args.dtype}: device us per train step by class of kernel")
-  width = max(14, 2 + max(len(n) for n in results))
-  print(f"{'class':12s}" + "".join(f"{n:>{width}s}" for n in results))
-  for c in classes + ["busy", "span"]:
-    row = [r["by_class"].get(c, 0.0) if c not in ("busy", "span") else r[f"{c}_us"]
-           for r in results.values()]
-    print(f"{c:12s}" + "".join(f"{v:{width}.1f}" for v in row))
-  for name, r in results.items():
-    print(f"\n{name}: the {args.top} kernels taking the most (us per step, class)")
-    for kernel, us in sorted(r["by_name"].items(), key=lambda kv: -kv[1])[:args.top]:
-      print(f"  {us:8.1f}  {kernel_class(kernel):10s}  {kernel[:110]}")
+  report(args.model, args.dtype, results, args.top)
   out = {"model": args.model, "dtype": args.dtype, "steps": args.steps, "results": results}
   if args.out:
     args.out.mkdir(parents=True, exist_ok=True)
