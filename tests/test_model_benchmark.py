@@ -221,3 +221,40 @@ def test_routing_candidate_sends_its_class_to_xla_while_traced():
       assert "xla" not in plan((32, 56, 56, 96), (7, 7, 1, 96), (2, 2))
   finally:
     routing.xla_is_faster = rules
+  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["large_filter_56"], rules)
+  try:
+    with jax_im2col.force_algorithm("auto"):
+      assert plan((32, 56, 56, 96), (7, 7, 1, 96), (1, 1)) == ("depthwise", "depthwise", "xla")
+      assert plan((32, 7, 7, 768), (7, 7, 1, 768), (1, 1)) == ("depthwise",) * 3
+  finally:
+    routing.xla_is_faster = rules
+
+
+def test_step_kernels_classes_and_report(tmp_path, capsys):
+  """benchmarks/step_kernels.py: kernels are classed by their names (XLA's
+  convert fusions are not convolutions), and --report prints a saved run's
+  classes as the sums of its kernels."""
+  import step_kernels  # noqa: E402  (benchmarks/step_kernels.py, by path)
+  classes = {
+      "void im2col::cuda::dw_forward_kernel<true, 1, __nv_bfloat16, __nv_bfloat16>(...)": "own",
+      "conv2d_c1_k1_nhwc_specialized": "xla conv",
+      "sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16": "xla conv",
+      "void convolve_common_engine_float_NHWC<__nv_bfloat16>": "xla conv",
+      "loop_convert_multiply_fusion_17": "xla fusion",
+      "input_add_reduce_fusion_22": "xla fusion",
+      "nvjet_sm90_tss_192x96_64x5_1x2_h_bz_NTT": "gemm",
+      "ncclDevKernel_AllReduce_Sum_f32_RING_LL": "collective",
+      "Memcpy DtoD (Device -> Device)": "copy",
+  }
+  for name, label in classes.items():
+    assert step_kernels.kernel_class(name) == label, name
+  by_name = {name: float(i + 1) for i, name in enumerate(classes)}
+  saved = {"model": "convnext_t", "dtype": "bf16", "steps": 1,
+           "results": {"xla": {"busy_us": sum(by_name.values()), "span_us": 50.0, "by_name": by_name}}}
+  path = tmp_path / "step_kernels_convnext_t_bf16.json"
+  path.write_text(json.dumps(saved))
+  out = step_kernels.main(["--report", str(path)])
+  assert out["results"]["xla"]["by_class"]["xla conv"] == 2.0 + 3.0 + 4.0
+  assert out["results"]["xla"]["by_class"]["xla fusion"] == 5.0 + 6.0
+  printed = capsys.readouterr().out
+  assert "xla conv" in printed and "45.0" in printed and "50.0" in printed
