@@ -68,35 +68,51 @@ def with_candidate(applies, rules):
   return xla_is_faster
 
 
-def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", default="mobilenetv2", choices=sorted(MODELS))
+def add_step_arguments(parser: argparse.ArgumentParser, model: str, candidates: str) -> None:
+  """The model, dtype, preset and candidate rules of a train-step comparison."""
+  parser.add_argument("--model", default=model, choices=sorted(MODELS))
   parser.add_argument("--dtype", default="bf16")
   parser.add_argument("--preset", default="full")
-  parser.add_argument("--candidates", default="depthwise_56,depthwise_56_fwd_dx")
-  parser.add_argument("--steps", type=int, default=10)
-  parser.add_argument("--repeats", type=int, default=7)
-  args = parser.parse_args(argv)
-  names = [c for c in args.candidates.split(",") if c]
+  parser.add_argument("--candidates", default=candidates)
+
+
+def candidate_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
+  names = [c for c in text.split(",") if c]
   unknown = sorted(set(names) - set(CANDIDATES))
   if unknown:
     parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES)}")
+  return names
 
-  spec = MODELS[args.model]
-  problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
-  x, labels = problem.x, problem.labels
-  start = time.time()
-  runners, peak_mb = {}, {}
-  builds = [("xla", "xla", None), ("ours", "ours", None)] + [(n, "ours", CANDIDATES[n]) for n in names]
+
+def compiled_steps(problem, names):
+  """(name, compiled train step, its train state) with XLA's convolution
+  ("xla"), the rules as they stand ("ours") and each candidate rule, in turn."""
   rules = routing.xla_is_faster
-  for name, impl, applies in builds:
+  for name, impl, applies in [("xla", "xla", None), ("ours", "ours", None)] + [
+      (n, "ours", CANDIDATES[n]) for n in names]:
     routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
     try:
       state = init_train_state(problem.params, problem.state)
-      compiled = train_step(problem.modules[impl]).lower(state, x, labels).compile()
+      compiled = train_step(problem.modules[impl]).lower(state, problem.x, problem.labels).compile()
     finally:
       routing.xla_is_faster = rules
-    runners[name] = train_loop(compiled, state, x, labels)
+    yield name, compiled, state
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  add_step_arguments(parser, "mobilenetv2", "depthwise_56,depthwise_56_fwd_dx")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--repeats", type=int, default=7)
+  args = parser.parse_args(argv)
+  names = candidate_names(parser, args.candidates)
+
+  spec = MODELS[args.model]
+  problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
+  start = time.time()
+  runners, peak_mb = {}, {}
+  for name, compiled, state in compiled_steps(problem, names):
+    runners[name] = train_loop(compiled, state, problem.x, problem.labels)
     peak_mb[name] = memory(compiled)["peak"] / 2**20
     print(f"[{time.time() - start:.0f} s] {name} compiled", flush=True)
   for name, run in runners.items():

@@ -28,12 +28,10 @@ import re
 import time
 
 import device_span
-from jax_im2col.conv import routing
 from model_bench.problem import init_variables, make_problem
-from model_bench.steps import init_train_state, train_step
 from model_bench.timing import train_loop
 from model_zoo import MODELS
-from routing_ab import CANDIDATES, with_candidate
+from routing_ab import add_step_arguments, candidate_names, compiled_steps
 
 # First match wins; names are matched lower-cased.
 CLASSES = (
@@ -84,10 +82,7 @@ def report(model: str, dtype: str, results: dict, top: int) -> None:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", default="convnext_t", choices=sorted(MODELS))
-  parser.add_argument("--dtype", default="bf16")
-  parser.add_argument("--preset", default="full")
-  parser.add_argument("--candidates", default="")
+  add_step_arguments(parser, "convnext_t", "")
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--top", type=int, default=15)
   parser.add_argument("--out", type=pathlib.Path)
@@ -97,26 +92,15 @@ def main(argv=None) -> dict:
     saved = json.loads(args.report.read_text())
     report(saved["model"], saved["dtype"], saved["results"], args.top)
     return saved
-  names = [c for c in args.candidates.split(",") if c]
-  unknown = sorted(set(names) - set(CANDIDATES))
-  if unknown:
-    parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES)}")
+  names = candidate_names(parser, args.candidates)
   if not device_span.available():
     parser.error("needs torch with CUDA on a GPU (CUPTI timestamps)")
 
   spec = MODELS[args.model]
   problem = make_problem(spec, args.preset, args.dtype, init_variables(spec, args.preset))
-  rules = routing.xla_is_faster
   results = {}
   start = time.time()
-  for name, impl, applies in [("xla", "xla", None), ("ours", "ours", None)] + [
-      (n, "ours", CANDIDATES[n]) for n in names]:
-    routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
-    try:
-      state = init_train_state(problem.params, problem.state)
-      compiled = train_step(problem.modules[impl]).lower(state, problem.x, problem.labels).compile()
-    finally:
-      routing.xla_is_faster = rules
+  for name, compiled, state in compiled_steps(problem, names):
     run = train_loop(compiled, state, problem.x, problem.labels)
     run(3)
     results[name] = profile(run, args.steps)
