@@ -47,6 +47,12 @@ def depthwise_half(max_side: int, ops=ALL_OPS, taps=lambda k: k == 9, min_side: 
   return applies
 
 
+def stem_forward_half(p) -> bool:
+  """Half-precision 2-D forwards of images of at most 4 channels (the stems)."""
+  return (p.op == "forward" and p.spec.window.nd == 2 and p.c <= 4 and p.spec.groups == 1
+          and np.dtype(p.dtype).itemsize == 2)
+
+
 # The rules on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) and on large-window
 # filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
 # "depthwise_small" and "large_filter_14_28" here until they became rules; under the
@@ -59,6 +65,9 @@ CANDIDATES = {
     "large_filter_all": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25),
     # Those of the 56² map only (ConvNeXt-T's first stage: 1.32x XLA's alone on the H100).
     "large_filter_56": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25, min_side=56),
+    # MobileNetV2's bf16 stem forward (3x3 stride 2 on 224² x 3; own GEMM 0.98x XLA's alone): its
+    # step holds two transposes (211 us) that XLA's does not (step_kernels, 2026-11-28).
+    "stem_forward": stem_forward_half,
 }
 
 

@@ -228,6 +228,16 @@ def test_routing_candidate_sends_its_class_to_xla_while_traced():
       assert plan((32, 7, 7, 768), (7, 7, 1, 768), (1, 1)) == ("depthwise",) * 3
   finally:
     routing.xla_is_faster = rules
+  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["stem_forward"], rules)
+  try:
+    with jax_im2col.force_algorithm("auto"):
+      stem = jax_im2col.explain(jax.ShapeDtypeStruct((64, 224, 224, 3), jnp.bfloat16),
+                                jax.ShapeDtypeStruct((3, 3, 3, 32), jnp.bfloat16), (2, 2), "SAME",
+                                dimension_numbers=("NHWC", "HWIO", "NHWC"), platform="cuda")
+      assert stem["forward"].algorithm == "xla"
+      assert "xla" not in plan((64, 112, 112, 32), (3, 3, 1, 32), (1, 1))
+  finally:
+    routing.xla_is_faster = rules
 
 
 def test_step_kernels_classes_and_report(tmp_path, capsys):
