@@ -81,6 +81,40 @@ inline constexpr SwitchInfo kSwitches[] = {
 
 inline constexpr int kSwitchCount = static_cast<int>(sizeof(kSwitches) / sizeof(kSwitches[0]));
 
+// Trials: paths written and tested on the host but not yet measured on a
+// GPU, off unless their variable is "1"; one becomes a switch (on by default)
+// once a same-build comparison has kept it, or is removed.
+#define IM2COL_TRIALS(X) \
+  X(kDwPipeline, "JAX_IM2COL_TRY_DW_PIPELINE", \
+    "channels-last depthwise forward tiles of one stage staged a block ahead: persistent blocks, two buffers (conv/depthwise/depthwise_kernels.cuh)")
+
+enum class Trial : int {
+#define IM2COL_TRIAL_ID(id, env, meaning) id,
+  IM2COL_TRIALS(IM2COL_TRIAL_ID)
+#undef IM2COL_TRIAL_ID
+};
+
+inline constexpr SwitchInfo kTrials[] = {
+#define IM2COL_TRIAL_INFO(id, env, meaning) {env, meaning},
+    IM2COL_TRIALS(IM2COL_TRIAL_INFO)
+#undef IM2COL_TRIAL_INFO
+};
+
+inline constexpr int kTrialCount = static_cast<int>(sizeof(kTrials) / sizeof(kTrials[0]));
+
+// Whether trial `t` was asked for.
+inline bool trial_on(Trial t) {
+  static const std::array<bool, kTrialCount> on = [] {
+    std::array<bool, kTrialCount> table{};
+    for (int i = 0; i < kTrialCount; ++i) {
+      const char* v = std::getenv(kTrials[i].env);
+      table[i] = v != nullptr && v[0] == '1';
+    }
+    return table;
+  }();
+  return on[static_cast<int>(t)];
+}
+
 // Whether switch `s` leaves its kernel on.
 inline bool switch_on(Switch s) {
   static const std::array<bool, kSwitchCount> on = [] {

@@ -38,11 +38,13 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
       aligned_to(x, v * elem) && aligned_to(y, v * out_elem))
     return dw_forward_stream(in, out, x, w, y, p.g[0], s, c, stream);
   DwTile t;
+  const DwGeom bound = dw_bound(p);
   if (switch_on(Switch::kDwTiles) &&
-      plan_dw_tile(dw_bound(p), c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),
+      plan_dw_tile(bound, c, cl, elem, acc, out_elem, switch_on(Switch::kDwRing),
                    switch_on(Switch::kDwNarrowRuns), n * p.count, &t, kDwSmemBudget, switch_on(Switch::kDwSectorCost))) {
     t.vector_io = cl && c % v == 0 && aligned_to(x, v * elem) && aligned_to(y, v * out_elem);
     dw_tile_launch(t, n, p.count);
+    if (trial_on(Trial::kDwPipeline)) dw_pipelines(t, bound);
     return cl ? dw_forward_tiles_cl(in, out, x, w, y, p, t, n, c, stream)
               : dw_forward_tiles_cf(in, out, x, w, y, p, t, n, c, stream);
   }

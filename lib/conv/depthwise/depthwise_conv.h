@@ -56,6 +56,11 @@
 //   registers; the block's threads sum in shared memory in a fixed order.
 //   Its slices are fewer than the call's (the same workspace); pass 2 as above.
 //
+// Trial (common/switches.h, off unless JAX_IM2COL_TRY_DW_PIPELINE=1): channels-
+// last forward tiles of one stage and one plane of taps run on persistent
+// blocks that stage the next block's tile while the current one computes
+// (dw_forward_pipelined, two buffers).
+//
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
 // channel runs 128 bytes wide; JAX_IM2COL_NO_DW_SECTOR_COST=1 prices a forward
