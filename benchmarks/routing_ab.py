@@ -60,6 +60,9 @@ def stem_forward_half(p) -> bool:
 CANDIDATES = {
     "depthwise_56": depthwise_half(56),
     "depthwise_56_fwd_dx": depthwise_half(56, ("forward", "input_gradient")),
+    # Every unit-stride bf16 3x3 depthwise op, the 112² maps too: inside MobileNetV2's step the
+    # project's depthwise kernels took 1623 us against cuDNN's 1402 (step_kernels, 2026-11-28).
+    "depthwise_112": depthwise_half(112),
     # ConvNeXt-T's bfloat16 7x7 filter gradients on every map, 7x7 included (0.33x XLA's
     # alone; the class measured on 2026-11-28, optimization log, step 115).
     "large_filter_all": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25),

@@ -210,6 +210,13 @@ def test_routing_candidate_sends_its_class_to_xla_while_traced():
       assert "xla" not in plan((64, 112, 112, 32), (3, 3, 1, 32), (1, 1))
   finally:
     routing.xla_is_faster = rules
+  routing.xla_is_faster = routing_ab.with_candidate(routing_ab.CANDIDATES["depthwise_112"], rules)
+  try:
+    with jax_im2col.force_algorithm("auto"):
+      assert plan((64, 112, 112, 32), (3, 3, 1, 32), (1, 1)) == ("xla",) * 3
+      assert "xla" not in plan((64, 112, 112, 96), (3, 3, 1, 96), (2, 2))
+  finally:
+    routing.xla_is_faster = rules
   with jax_im2col.force_algorithm("auto"):
     assert "xla" not in plan((64, 56, 56, 144), (3, 3, 1, 144), (1, 1))
     assert "xla" not in plan((32, 56, 56, 96), (7, 7, 1, 96), (1, 1))
