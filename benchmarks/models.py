@@ -17,7 +17,9 @@ compute):
   with momentum 0.9, BatchNorm in training mode, train state donated); its
   compile time and XLA memory analysis; the losses of the first two steps of
   both from the same start; gradients of ours vs XLA set against XLA's own
-  sensitivity (model_bench/agreement.py); ms per step.
+  sensitivity (model_bench/agreement.py); ms per step; where torch sees the
+  GPU (CUPTI), each step's device time by class of kernel and the share of
+  ours' convolution time in the project's own kernels (model_bench/kernels.py).
 - infer: the jitted evaluation-mode forward; logits' difference; ms per call.
 - --per-layer: every distinct convolution of the model timed alone, forward
   and VJP (model_bench/per_layer.py).

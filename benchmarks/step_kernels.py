@@ -14,58 +14,30 @@ collectives, copies) and the kernels that take the most, then one JSON line.
 The sum of a step's kernels is its device busy time; the train step's wall
 clock (models.py, routing_ab.py) adds the gaps between kernels. A class of
 kernels, not one layer, is what this reads: which kernel belongs to which
-layer is not known here (per-layer times: models.py --per-layer). --report prints a saved run
-again (its kernels classed by the rules as they stand), measuring nothing.
+layer is not known here (per-layer times: models.py --per-layer). --report
+prints a saved run again (its kernels classed by the rules as they stand),
+measuring nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import pathlib
-import re
 import time
 
 import device_span
+from model_bench.kernels import by_class, kernel_class, profile
 from model_bench.problem import init_variables, make_problem
 from model_bench.timing import train_loop
 from model_zoo import MODELS
 from routing_ab import add_step_arguments, candidate_names, compiled_steps
 
-# First match wins; names are matched lower-cased.
-CLASSES = (
-    ("own", re.compile(r"im2col::")),
-    ("collective", re.compile(r"nccl")),
-    ("copy", re.compile(r"^memcpy|^memset|^cudamemcpy|^cudamemset")),
-    ("xla conv", re.compile(r"conv(?!ert)|fprop|dgrad|wgrad|cudnn|depthwise")),
-    ("gemm", re.compile(r"gemm|nvjet|cutlass|cublas")),
-)
-
-
-def kernel_class(name: str) -> str:
-  lower = name.lower()
-  return next((label for label, pattern in CLASSES if pattern.search(lower)), "xla fusion")
-
-
-def profile(run, steps: int) -> dict:
-  """Device microseconds per step by kernel name; the busy time (their sum)
-  and the span (first kernel's start to last one's end)."""
-  spans = device_span.kernel_spans(lambda: run(steps))
-  by_name = collections.defaultdict(float)
-  for name, start, end in spans:
-    by_name[name] += (end - start) / steps
-  wall = (spans[-1][2] - spans[0][1]) / steps if spans else 0.0
-  return {"busy_us": sum(by_name.values()), "span_us": wall, "kernels_per_step": len(spans) / steps,
-          "by_name": dict(by_name)}
-
 
 def report(model: str, dtype: str, results: dict, top: int) -> None:
   """The class table and each variant's top kernels; classes from the names."""
   for r in results.values():
-    r["by_class"] = collections.defaultdict(float)
-    for name, us in r["by_name"].items():
-      r["by_class"][kernel_class(name)] += us
+    r["by_class"] = by_class(r["by_name"])
   classes = sorted({c for r in results.values() for c in r["by_class"]})
   print(f"{model} {dtype}: device us per train step by class of kernel")
   width = max(14, 2 + max(len(n) for n in results))

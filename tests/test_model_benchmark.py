@@ -252,6 +252,7 @@ def test_step_kernels_classes_and_report(tmp_path, capsys):
   convert fusions are not convolutions), and --report prints a saved run's
   classes as the sums of its kernels."""
   import step_kernels  # noqa: E402  (benchmarks/step_kernels.py, by path)
+  from model_bench import kernels  # noqa: E402
   classes = {
       "void im2col::cuda::dw_forward_kernel<true, 1, __nv_bfloat16, __nv_bfloat16>(...)": "own",
       "conv2d_c1_k1_nhwc_specialized": "xla conv",
@@ -264,7 +265,7 @@ def test_step_kernels_classes_and_report(tmp_path, capsys):
       "Memcpy DtoD (Device -> Device)": "copy",
   }
   for name, label in classes.items():
-    assert step_kernels.kernel_class(name) == label, name
+    assert kernels.kernel_class(name) == label, name
   by_name = {name: float(i + 1) for i, name in enumerate(classes)}
   saved = {"model": "convnext_t", "dtype": "bf16", "steps": 1,
            "results": {"xla": {"busy_us": sum(by_name.values()), "span_us": 50.0, "by_name": by_name}}}
@@ -275,3 +276,28 @@ def test_step_kernels_classes_and_report(tmp_path, capsys):
   assert out["results"]["xla"]["by_class"]["xla fusion"] == 5.0 + 6.0
   printed = capsys.readouterr().out
   assert "xla conv" in printed and "45.0" in printed and "50.0" in printed
+  assert kernels.own_share({"own": 3.0, "xla conv": 1.0, "gemm": 5.0}) == 0.75
+  assert kernels.own_share({"gemm": 5.0}) is None
+  from model_bench import report
+  k = {impl: {"busy_us": 9.0, "span_us": 10.0, "by_class": {"own": own, "xla conv": 4.0 - own, "gemm": 5.0}}
+       for impl, own in (("xla", 0.0), ("ours", 3.0))}
+  table = report._kernels_table([{"model": "convnext_t", "runs": {"bf16": {"train": {"kernels": k}}}}])
+  assert "| convnext_t | bf16 | ours | 3 | 1 | 5 | 0 | 0 | 0 | 9 | 10 | 75% |" in table
+  assert report._kernels_table([{"model": "convnext_t", "runs": {"bf16": {"train": {}}}}]) == []
+
+
+def test_train_run_records_device_time_by_class(monkeypatch):
+  """Where CUPTI sees the GPU, a train run records each implementation's
+  device time per step by class of kernel (device_span faked here)."""
+  import device_span  # noqa: E402  (benchmarks/device_span.py, by path)
+  from model_bench import run as model_run
+  from model_bench.problem import make_problem
+  monkeypatch.setattr(device_span, "available", lambda: True)
+  fake = [("void im2col::cuda::dw_forward_kernel<>()", 0.0, 3.0), ("loop_add_fusion", 3.0, 4.0)]
+  monkeypatch.setattr(device_span, "kernel_spans", lambda run: (run(), fake)[1])
+  spec = MODELS["convnext_t"]
+  problem = make_problem(spec, "tiny", "f32", init_variables(spec, "tiny"))
+  out = model_run.run_train(problem, steps=1, repeats=1, log=lambda line: None)
+  steps = model_run.KERNEL_STEPS
+  assert out["kernels"]["ours"]["by_class"] == {"own": 3.0 / steps, "xla fusion": 1.0 / steps}
+  assert out["kernels"]["xla"]["span_us"] == 4.0 / steps

@@ -180,12 +180,38 @@ def _per_layer_section(model: dict, dtype: str, result: dict) -> list[str]:
   return lines + [""]
 
 
+KERNEL_CLASSES = ("own", "xla conv", "gemm", "xla fusion", "copy", "collective")
+
+
+def _kernels_table(models: list) -> list[str]:
+  """Device microseconds per train step by class of kernel (CUPTI), where
+  the run recorded them."""
+  rows = [(m["model"], dtype, r["train"]["kernels"]) for m in models for dtype, r in m["runs"].items()
+          if isinstance(r.get("train"), dict) and "kernels" in r["train"]]
+  if not rows:
+    return []
+  lines = ["### Device time per train step, by class of kernel", "",
+           "Microseconds per step under CUPTI: the project's kernels (own), XLA's convolutions, GEMMs, "
+           "XLA's fusions, copies, collectives; busy is their sum, span adds the gaps between kernels. "
+           "Share: own over own plus XLA's convolutions.", "",
+           "| model | dtype | impl | " + " | ".join(KERNEL_CLASSES) + " | busy | span | own share |",
+           "|---|---|---|" + "---|" * (len(KERNEL_CLASSES) + 3)]
+  for model, dtype, k in rows:
+    for impl in ("xla", "ours"):
+      c = k[impl]["by_class"]
+      conv = c.get("own", 0.0) + c.get("xla conv", 0.0)
+      share = f"{100 * c.get('own', 0.0) / conv:.0f}%" if impl == "ours" and conv else DASH
+      lines.append(f"| {model} | {dtype} | {impl} | " + " | ".join(f"{c.get(n, 0.0):.0f}" for n in KERNEL_CLASSES) +
+                   f" | {k[impl]['busy_us']:.0f} | {k[impl]['span_us']:.0f} | {share} |")
+  return lines + [""]
+
+
 def markdown(results: dict) -> str:
   """The whole report: timing and memory, agreement, the float64 check, the
   per-layer tables, and the errors."""
   models = results["models"]
   lines = ["## Whole models, ours vs XLA", "", *_header(results), *_timing_table(models),
-           "### Agreement", "", *_agreement_table(models), *_f64_table(models)]
+           *_kernels_table(models), "### Agreement", "", *_agreement_table(models), *_f64_table(models)]
   layered = [(m, d, r["per_layer"]) for m in models for d, r in m["runs"].items() if "per_layer" in r]
   if layered:
     lines += ["### Every distinct convolution, alone", "",

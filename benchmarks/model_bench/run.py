@@ -14,8 +14,10 @@ from typing import Callable
 
 import jax
 
+import device_span
 from model_zoo import ModelSpec
 
+from . import kernels
 from .agreement import float64_agreement, gradient_sensitivity, relative, tree_difference
 from .memory import memory
 from .per_layer import per_layer
@@ -24,6 +26,9 @@ from .steps import infer_step, init_train_state, train_step
 from .timing import calls, interleaved, summarize, train_loop
 
 Log = Callable[[str], None]
+
+# Train steps profiled (CUPTI) for the device time by class of kernel, after the timing.
+KERNEL_STEPS = 3
 
 
 def _compile(jitted, *args):
@@ -61,14 +66,21 @@ def run_train(problem: Problem, steps: int, repeats: int, log: Log) -> dict:
   log(f"{name}: loss {losses['xla'][0]:.6g} (XLA) {losses['ours'][0]:.6g} (ours); gradients "
       f"ours vs XLA {gradients['ours_vs_xla']:.2e}, XLA perturbed {gradients['xla_perturbed']:.2e}, "
       f"XLA again {gradients['xla_repeat']:.2e}")
-  timing = summarize(interleaved(
-      {impl: train_loop(compiled[impl], states[impl], x, labels) for impl in compiled},
-      steps, repeats))
+  runners = {impl: train_loop(compiled[impl], states[impl], x, labels) for impl in compiled}
+  timing = summarize(interleaved(runners, steps, repeats))
   log(f"{name}: {timing['xla_ms']:.3f} ms (XLA) {timing['ours_ms']:.3f} ms (ours), "
       f"ratio {timing['ratio']:.2f}")
-  return {"timing": timing, "compile_s": compile_s, "memory": mem,
-          "loss": {**losses, "rel": [relative(o, r) for o, r in zip(losses["ours"], losses["xla"])]},
-          "gradients": gradients}
+  out = {"timing": timing, "compile_s": compile_s, "memory": mem,
+         "loss": {**losses, "rel": [relative(o, r) for o, r in zip(losses["ours"], losses["xla"])]},
+         "gradients": gradients}
+  if device_span.available():
+    # The runners hold the train state the timing loops left (each step donates its own).
+    out["kernels"] = {impl: kernels.profile(run, KERNEL_STEPS) for impl, run in runners.items()}
+    share = kernels.own_share(out["kernels"]["ours"]["by_class"])
+    log(f"{name}: device busy {out['kernels']['xla']['busy_us']:.0f} us (XLA) "
+        f"{out['kernels']['ours']['busy_us']:.0f} us (ours)" +
+        (f", {100 * share:.0f}% of ours' convolution time in own kernels" if share is not None else ""))
+  return out
 
 
 def run_infer(problem: Problem, steps: int, repeats: int, log: Log) -> dict:
