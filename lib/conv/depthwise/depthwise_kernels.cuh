@@ -404,10 +404,6 @@ __host__ __device__ __forceinline__ int64_t dw_output_offset(const DwGeom& g, in
   return (yd * g.yk[1] + yh) * g.yk[2] + yw;
 }
 
-// The block body of the forward and of the input gradient's phases: for
-// each stage of taps, stage its input and weights, then add its products;
-// then store (channels-last from registers, channels-first through shared
-// memory so that the stores coalesce).
 // Channels-last: each thread stores its outputs from its registers.
 template <typename TY, int V, typename Exec>
 __device__ __forceinline__ void dw_forward_store_cl(Exec& e, TY* __restrict__ y, const DwGeom& g, const DwTile& t,
@@ -438,6 +434,10 @@ __device__ __forceinline__ void dw_forward_store_cl(Exec& e, TY* __restrict__ y,
   });
 }
 
+// The block body of the forward and of the input gradient's phases: for
+// each stage of taps, stage its input and weights, then add its products;
+// then store (channels-last from registers, channels-first through shared
+// memory so that the stores coalesce).
 template <bool CL, int S, typename T, typename TY, typename Exec>
 __device__ __forceinline__ void dw_forward_block(Exec& e, unsigned char* smem, const T* __restrict__ x,
                                                  const T* __restrict__ w, TY* __restrict__ y, const DwPhases& phases,
