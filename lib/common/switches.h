@@ -86,7 +86,9 @@ inline constexpr int kSwitchCount = static_cast<int>(sizeof(kSwitches) / sizeof(
 // once a same-build comparison has kept it, or is removed.
 #define IM2COL_TRIALS(X) \
   X(kDwPipeline, "JAX_IM2COL_TRY_DW_PIPELINE", \
-    "channels-last depthwise forward tiles of one stage staged a block ahead: persistent blocks, two buffers (conv/depthwise/depthwise_kernels.cuh)")
+    "channels-last depthwise forward tiles of one stage staged a block ahead: persistent blocks, two buffers (conv/depthwise/depthwise_kernels.cuh)") \
+  X(kDwMma, "JAX_IM2COL_TRY_DW_MMA", \
+    "channels-last 16-bit depthwise forwards and unit-stride input gradients on the tensor cores (conv/depthwise/depthwise_mma.cuh)")
 
 enum class Trial : int {
 #define IM2COL_TRIAL_ID(id, env, meaning) id,

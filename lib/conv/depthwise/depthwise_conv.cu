@@ -6,6 +6,7 @@
 #include "conv/depthwise/depthwise_conv.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_launch.h"
+#include "conv/depthwise/depthwise_mma_plan.h"
 #include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
 #include "conv/direct/direct_util.cuh"
@@ -33,6 +34,10 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   const size_t elem = element_bytes(in), out_elem = element_bytes(out);
   const size_t acc = in == DataType::F64 ? 8 : 4;
   const int32_t v = dw_vector(elem, true);
+  DwMma mma;
+  if (cl && trial_on(Trial::kDwMma) && p.count == 1 && in == out && elem == 2 && plan_dw_mma(p.g[0], n, c, &mma) &&
+      aligned_to(x, 16) && aligned_to(y, 16))
+    return dw_forward_mma(in, x, w, y, p.g[0], mma, n, c, stream);
   DwStreamPlan s;
   if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) && dw_stream_pays(p.g[0], s) &&
       aligned_to(x, v * elem) && aligned_to(y, v * out_elem))

@@ -1,5 +1,5 @@
 // The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
-// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu: one compilation each, so
+// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu, depthwise_mma.cu: one compilation each, so
 // that the build runs them side by side), called by depthwise_conv.cu with their plans.
 #pragma once
 
@@ -18,6 +18,12 @@ cudaError_t dw_forward_tiles_cl(xla::ffi::DataType in, xla::ffi::DataType out, c
                                 const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
 cudaError_t dw_forward_tiles_cf(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
                                 const DwPhases& p, const DwTile& t, int64_t n, int64_t c, cudaStream_t stream);
+
+// The forward of x with w on one phase g on the tensor cores
+// (depthwise_mma.cuh; plan_dw_mma took it), for a 16-bit `type` in and out.
+struct DwMma;
+cudaError_t dw_forward_mma(xla::ffi::DataType type, const void* x, const void* w, void* y, const DwGeom& g,
+                           const DwMma& m, int64_t n, int64_t c, cudaStream_t stream);
 
 // The forward of x with w on one phase g, streamed down the rows
 // (depthwise_stream.cuh; plan_dw_stream took it).

@@ -1,0 +1,24 @@
+// The tensor-core depthwise forward's launcher (depthwise_mma.cuh).
+#include "conv/depthwise/depthwise_launch.cuh"
+#include "conv/depthwise/depthwise_mma.cuh"
+
+namespace im2col::cuda {
+
+cudaError_t dw_forward_mma(xla::ffi::DataType type, const void* x, const void* w, void* y, const DwGeom& g,
+                           const DwMma& m, int64_t n, int64_t c, cudaStream_t stream) {
+  auto launch = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    auto kernel = dw_mma_forward_kernel<T>;
+    if (const cudaError_t e = dw_prepare(kernel, m.smem); e != cudaSuccess) return e;
+    kernel<<<dw_grid(m.blocks), static_cast<unsigned>(kDwMmaThreads), static_cast<size_t>(m.smem), stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), g, m, n, c);
+    return cudaGetLastError();
+  };
+  switch (type) {
+    case xla::ffi::DataType::F16: return launch(__half{});
+    case xla::ffi::DataType::BF16: return launch(__nv_bfloat16{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace im2col::cuda

@@ -1,0 +1,222 @@
+// The tensor-core depthwise forward (plan and index maps in
+// depthwise_mma_plan.h): channels-last, 16-bit types. A block takes nb images
+// (or a band of rows of one), a W tile of 8 nt outputs and cb channels, in
+// three phases between barriers: stage its input channel-major, each warp
+// multiplies its channels' rows against their Toeplitz bands on the tensor
+// cores into a channel-major output tile, and the block writes the tile back
+// channels-last. Staging and write-back are per-thread code (the host tests
+// run them); the warps' phase runs on the GPU only, its index maps are the
+// host tests'.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/device_util.cuh"
+#include "conv/depthwise/depthwise_kernels.cuh"
+#include "conv/depthwise/depthwise_mma_plan.h"
+#if defined(__CUDA_ARCH__)
+#include "common/mma_sync.cuh"
+#endif
+
+namespace im2col::cuda {
+
+struct DwMmaBlock {
+  int32_t run = 0, wt = 0, band = 0, group = 0;
+};
+
+// Block b's coordinates: channel runs fastest (neighbouring blocks read the
+// same pixels), then W tiles, row bands, image groups.
+__device__ __forceinline__ DwMmaBlock dw_mma_block(const DwMma& m, int32_t b) {
+  DwMmaBlock k;
+  m.by_runs.divmod(b, b, k.run);
+  m.by_tiles_w.divmod(b, b, k.wt);
+  m.by_bands.divmod(b, k.group, k.band);
+  return k;
+}
+
+// A chunk of 32 items covers 32 / (cb / 8) columns: half-warps take the two
+// 8-channel halves of a 16-channel run at the same columns.
+IM2COL_HD int32_t dw_mma_chunk_cols(const DwMma& m) { return m.cb > 8 ? 16 : 32; }
+
+// Stages the block's input: for each image, row and column of its tile, the
+// cb channels (16-byte vectors of 8) as cb planes of rows (zeros outside the
+// input, past the images, and in the pitch's slack). Loads four items ahead
+// of their stores.
+template <typename T>
+__device__ __forceinline__ void dw_mma_stage(uint16_t* tile, const T* __restrict__ x, const DwGeom& g,
+                                             const DwMma& m, int64_t n_images, int64_t C, const DwMmaBlock& k,
+                                             int32_t tid, int32_t nthreads) {
+  constexpr int kAhead = 4;
+  const int32_t cw = dw_mma_chunk_cols(m);
+  const int32_t items = m.nb * m.ph * m.chunks * 32;
+  const int32_t IH = g.in[1], IW = g.in[2];
+  const int32_t ih0 = k.band * m.th * g.stride[1] - g.pad[1];
+  const int32_t iw0 = k.wt * m.tw * g.stride[2] - g.pad[2];
+  const int64_t c0 = int64_t{k.run} * m.cb, n0 = int64_t{k.group} * m.nb;
+  for (int32_t i0 = tid; i0 < items; i0 += kAhead * nthreads) {
+    uint4 v[kAhead];
+    int32_t at[kAhead];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      const int32_t i = i0 + a * nthreads;
+      int32_t q = i >> 5, chunk, img, row;
+      m.by_chunks.divmod(q, q, chunk);
+      m.by_ph.divmod(q, img, row);
+      const int32_t within = i & 31, h = within / cw, col = chunk * cw + within - h * cw;
+      const int32_t ih = ih0 + row, iw = iw0 + col;
+      const bool inside = i < items && col < m.rp;
+      const bool valid = inside && n0 + img < n_images && static_cast<uint32_t>(ih) < static_cast<uint32_t>(IH) &&
+                         static_cast<uint32_t>(iw) < static_cast<uint32_t>(IW);
+      v[a] = make_uint4(0, 0, 0, 0);
+      if (valid)
+        v[a] = __ldg(reinterpret_cast<const uint4*>(x + ((n0 + img) * IH + ih) * static_cast<int64_t>(IW) * C +
+                                                    static_cast<int64_t>(iw) * C + c0 + 8 * h));
+      at[a] = inside ? dw_mma_plane_base(8 * h, m.plane) + (img * m.ph + row) * m.rp + col : -1;
+    }
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      if (at[a] < 0) continue;
+      uint16_t* dst = tile + at[a];
+      const uint32_t words[4] = {v[a].x, v[a].y, v[a].z, v[a].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dst[(2 * e) * m.plane] = static_cast<uint16_t>(words[e] & 0xffffu);
+        dst[(2 * e + 1) * m.plane] = static_cast<uint16_t>(words[e] >> 16);
+      }
+    }
+  }
+}
+
+// Writes the block's staged outputs (cb planes of rows x tw) back to y,
+// channels-last, 8 channels a 16-byte store; the outputs past the images,
+// the rows and the columns are not written.
+template <typename T>
+__device__ __forceinline__ void dw_mma_write(T* __restrict__ y, const uint16_t* outs, const DwGeom& g,
+                                             const DwMma& m, int64_t n_images, int64_t C, const DwMmaBlock& k,
+                                             int32_t tid, int32_t nthreads) {
+  const int32_t cw = dw_mma_chunk_cols(m);
+  const int32_t pixels = m.rows * m.tw;
+  const int32_t items = (pixels + cw - 1) / cw * 32;
+  const int64_t c0 = int64_t{k.run} * m.cb, n0 = int64_t{k.group} * m.nb;
+  for (int32_t i = tid; i < items; i += nthreads) {
+    const int32_t within = i & 31, h = within / cw, p = (i >> 5) * cw + within - h * cw;
+    if (p >= pixels) continue;
+    int32_t r, owl, img, ohl;
+    m.by_tw.divmod(p, r, owl);
+    m.by_th.divmod(r, img, ohl);
+    const int32_t oh = k.band * m.th + ohl, ow = k.wt * m.tw + owl;
+    if (n0 + img >= n_images || oh >= g.out[1] || ow >= g.out[2]) continue;
+    const uint16_t* src = outs + dw_mma_plane_base(8 * h, m.out_plane) + r * m.out_pitch + owl;
+    uint32_t words[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      words[e] = uint32_t{src[(2 * e) * m.out_plane]} | (uint32_t{src[(2 * e + 1) * m.out_plane]} << 16);
+    const int64_t o = (n0 + img) * g.y_size() + dw_output_offset(g, 0, oh, ow);
+    *reinterpret_cast<uint4*>(y + o * C + c0 + 8 * h) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
+#if defined(__CUDA_ARCH__)
+template <typename T>
+__device__ __forceinline__ uint32_t dw_mma_pack(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Warp `warp`'s channels cl = warp, warp + kDwMmaWarps, ...: their B fragments
+// from the filter, then each m-tile's n-tiles over the fragments, stored
+// channel-major into `outs`.
+template <typename T>
+__device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, uint16_t* outs, const T* __restrict__ w,
+                                                const DwGeom& g, const DwMma& m, int64_t c0, int32_t warp,
+                                                int32_t lane) {
+  const uint32_t tile_s = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(w);
+  const int64_t wsize = g.w_size();
+  const uint32_t a_step_j = 16u * static_cast<uint32_t>(g.stride[2]);  // 8 sW elements
+  for (int32_t cl = warp; cl < m.cb; cl += kDwMmaWarps) {
+    const uint16_t* wc = bits + (c0 + cl) * wsize;
+    uint32_t bf[kDwMmaMaxB][2];
+#pragma unroll
+    for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
+      if (f < m.frags) {
+        const int32_t kh = f / m.ksteps, s = f - kh * m.ksteps;
+#pragma unroll
+        for (int reg = 0; reg < 2; ++reg) {
+          const int32_t kk = dw_mma_b_k(lane, reg), nn = dw_mma_b_n(lane);
+          const int32_t t0 = dw_mma_b_tap(g, kh, s, kk, nn), t1 = dw_mma_b_tap(g, kh, s, kk + 1, nn);
+          const uint32_t lo = t0 < 0 ? 0u : __ldg(wc + t0), hi = t1 < 0 ? 0u : __ldg(wc + t1);
+          bf[f][reg] = lo | (hi << 16);
+        }
+      }
+    }
+    const uint32_t a_plane = tile_s + 2u * static_cast<uint32_t>(dw_mma_plane_base(cl, m.plane));
+    for (int32_t mt = 0; mt < m.mtiles; ++mt) {
+      const uint32_t a_row = a_plane + 2u * static_cast<uint32_t>(dw_mma_a_row_offset(m, g, mt, lane));
+      float acc[kDwMmaMaxNt][4];
+#pragma unroll
+      for (int32_t j = 0; j < kDwMmaMaxNt; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
+      int32_t kh = 0, s = 0;
+#pragma unroll
+      for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
+        if (f < m.frags) {
+          const uint32_t a_f = a_row + 2u * static_cast<uint32_t>(dw_mma_a_step(m, g, kh, s, 0));
+#pragma unroll
+          for (int32_t j = 0; j < kDwMmaMaxNt; ++j) {
+            if (j < m.nt) {
+              uint32_t a[4];
+              implicit::load_matrices(a, a_f + a_step_j * static_cast<uint32_t>(j));
+              implicit::Mma<T>::run(acc[j], a, bf[f]);
+            }
+          }
+          if (++s == m.ksteps) {
+            s = 0;
+            ++kh;
+          }
+        }
+      }
+      uint32_t* out_words = reinterpret_cast<uint32_t*>(outs + dw_mma_plane_base(cl, m.out_plane));
+#pragma unroll
+      for (int32_t j = 0; j < kDwMmaMaxNt; ++j) {
+        if (j < m.nt) {
+          out_words[dw_mma_c_offset(m, mt, j, lane, 0) / 2] = dw_mma_pack<T>(acc[j][0], acc[j][1]);
+          out_words[dw_mma_c_offset(m, mt, j, lane, 1) / 2] = dw_mma_pack<T>(acc[j][2], acc[j][3]);
+        }
+      }
+    }
+  }
+}
+#endif
+
+template <typename T>
+__global__ void __launch_bounds__(kDwMmaThreads, 2)
+dw_mma_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const DwGeom g,
+                      const DwMma m, int64_t n_images, int64_t C) {
+  extern __shared__ __align__(16) unsigned char dw_mma_smem[];
+  uint16_t* tile = reinterpret_cast<uint16_t*>(dw_mma_smem);
+  uint16_t* outs = tile + m.in_elems;
+  const DwMmaBlock k = dw_mma_block(m, static_cast<int32_t>(blockIdx.x));
+  const int32_t tid = static_cast<int32_t>(threadIdx.x);
+  dw_mma_stage(tile, x, g, m, n_images, C, k, tid, kDwMmaThreads);
+  __syncthreads();
+  #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
+  dw_mma_multiply<T>(tile, outs, w, g, m, int64_t{k.run} * m.cb, tid / 32, tid % 32);
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+  __syncthreads();
+  dw_mma_write(y, outs, g, m, n_images, C, k, tid, kDwMmaThreads);
+}
+
+}  // namespace im2col::cuda
