@@ -91,6 +91,31 @@ __device__ __forceinline__ void dw_mma_stage(uint16_t* tile, const T* __restrict
   }
 }
 
+// Stages the block's taps as dw_mma_b_index reads them: for each channel
+// and tap row, the row dilated along W (through g's maps: the input
+// gradient's filter read backwards) with zeros between and around.
+template <typename T>
+__device__ __forceinline__ void dw_mma_stage_taps(uint16_t* taps, const T* __restrict__ w, const DwGeom& g,
+                                                  const DwMma& m, int64_t c0, int32_t tid, int32_t nthreads) {
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(w);
+  const int64_t wsize = g.w_size();
+  const int32_t items = m.cb * g.kernel[1] * m.rl, lead = 7 * g.stride[2];
+  for (int32_t i = tid; i < items; i += nthreads) {
+    int32_t q, idx, cl, kh, kw, rem;
+    m.by_rl.divmod(i, q, idx);
+    m.by_kh.divmod(q, cl, kh);
+    const int32_t u = idx - lead;
+    uint16_t value = 0;
+    if (u >= 0) {
+      m.by_dw.divmod(u, kw, rem);
+      if (rem == 0 && kw < g.kernel[2])
+        value = __ldg(bits + (c0 + cl) * wsize + (g.w_first[1] + g.w_step[1] * kh) * g.wk[2] + g.w_first[2] +
+                      g.w_step[2] * kw);
+    }
+    taps[i] = value;
+  }
+}
+
 // Writes the block's staged outputs (cb planes of rows x tw) back to y,
 // channels-last, 8 channels a 16-byte store; the outputs past the images,
 // the rows and the columns are not written.
@@ -133,29 +158,27 @@ __device__ __forceinline__ uint32_t dw_mma_pack(float lo, float hi) {
 }
 
 // Warp `warp`'s channels cl = warp, warp + kDwMmaWarps, ...: their B fragments
-// from the filter, then each m-tile's n-tiles over the fragments, stored
+// from the staged taps, then each m-tile's n-tiles over the fragments, stored
 // channel-major into `outs`.
 template <typename T>
-__device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, uint16_t* outs, const T* __restrict__ w,
-                                                const DwGeom& g, const DwMma& m, int64_t c0, int32_t warp,
-                                                int32_t lane) {
+__device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint16_t* taps, uint16_t* outs,
+                                                const DwGeom& g, const DwMma& m, int32_t warp, int32_t lane) {
   const uint32_t tile_s = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
-  const uint16_t* bits = reinterpret_cast<const uint16_t*>(w);
-  const int64_t wsize = g.w_size();
   const uint32_t a_step_j = 16u * static_cast<uint32_t>(g.stride[2]);  // 8 sW elements
   for (int32_t cl = warp; cl < m.cb; cl += kDwMmaWarps) {
-    const uint16_t* wc = bits + (c0 + cl) * wsize;
     uint32_t bf[kDwMmaMaxB][2];
+    int32_t kh = 0, s = 0;
 #pragma unroll
     for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
       if (f < m.frags) {
-        const int32_t kh = f / m.ksteps, s = f - kh * m.ksteps;
 #pragma unroll
         for (int reg = 0; reg < 2; ++reg) {
-          const int32_t kk = dw_mma_b_k(lane, reg), nn = dw_mma_b_n(lane);
-          const int32_t t0 = dw_mma_b_tap(g, kh, s, kk, nn), t1 = dw_mma_b_tap(g, kh, s, kk + 1, nn);
-          const uint32_t lo = t0 < 0 ? 0u : __ldg(wc + t0), hi = t1 < 0 ? 0u : __ldg(wc + t1);
-          bf[f][reg] = lo | (hi << 16);
+          const int32_t at = dw_mma_b_index(m, g, cl, kh, s, dw_mma_b_k(lane, reg), dw_mma_b_n(lane));
+          bf[f][reg] = uint32_t{taps[at]} | (uint32_t{taps[at + 1]} << 16);
+        }
+        if (++s == m.ksteps) {
+          s = 0;
+          ++kh;
         }
       }
     }
@@ -167,7 +190,8 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, uint16_t* 
       for (int32_t j = 0; j < kDwMmaMaxNt; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
-      int32_t kh = 0, s = 0;
+      kh = 0;
+      s = 0;
 #pragma unroll
       for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
         if (f < m.frags) {
@@ -205,13 +229,15 @@ dw_mma_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __res
                       const DwMma m, int64_t n_images, int64_t C) {
   extern __shared__ __align__(16) unsigned char dw_mma_smem[];
   uint16_t* tile = reinterpret_cast<uint16_t*>(dw_mma_smem);
-  uint16_t* outs = tile + m.in_elems;
+  uint16_t* taps = tile + m.w_off;
+  uint16_t* outs = tile + m.out_off;
   const DwMmaBlock k = dw_mma_block(m, static_cast<int32_t>(blockIdx.x));
   const int32_t tid = static_cast<int32_t>(threadIdx.x);
   dw_mma_stage(tile, x, g, m, n_images, C, k, tid, kDwMmaThreads);
+  dw_mma_stage_taps(taps, w, g, m, int64_t{k.run} * m.cb, tid, kDwMmaThreads);
   __syncthreads();
-  #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
-  dw_mma_multiply<T>(tile, outs, w, g, m, int64_t{k.run} * m.cb, tid / 32, tid % 32);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
+  dw_mma_multiply<T>(tile, taps, outs, g, m, tid / 32, tid % 32);
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif

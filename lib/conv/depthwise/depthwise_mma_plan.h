@@ -40,9 +40,11 @@ struct DwMma {
   int32_t plane = 8;                    // staged input elements a channel (nb x ph x rp)
   int32_t out_pitch = 8, out_plane = 8;  // staged output row pitch, elements a channel
   int32_t chunks = 1;                   // 32-item chunks of a staged input row
+  int32_t rl = 1;                       // a staged tap row: the dilated taps, zeros around (dw_mma_b_index)
   int32_t runs = 1;                     // C / cb
-  int64_t in_elems = 0, smem = 0, blocks = 0;
-  FastDiv by_th, by_chunks, by_ph, by_runs, by_tiles_w, by_bands, by_tw;
+  int64_t w_off = 0, out_off = 0;       // elements before the staged taps, before the staged outputs
+  int64_t smem = 0, blocks = 0;
+  FastDiv by_th, by_chunks, by_ph, by_runs, by_tiles_w, by_bands, by_tw, by_rl, by_kh, by_dw;
 };
 
 // K columns an n-tile's B band spans: its 8 outputs' taps.
@@ -61,9 +63,10 @@ inline int64_t dw_mma_bytes(DwMma& m, const DwGeom& g, int32_t nb, int32_t th) {
   m.mtiles = (m.rows + 15) / 16;
   m.plane = nb * m.ph * m.rp;
   m.out_plane = m.mtiles * 16 * m.out_pitch;
-  m.in_elems = int64_t{m.cb} * m.plane + (m.cb > 8 ? 32 : 0);
+  m.w_off = int64_t{m.cb} * m.plane + (m.cb > 8 ? 32 : 0);
+  m.out_off = m.w_off + (int64_t{m.cb} * g.kernel[1] * m.rl + 7) / 8 * 8;
   const int64_t out_elems = int64_t{m.cb} * m.out_plane + (m.cb > 8 ? 32 : 0);
-  return 2 * (m.in_elems + out_elems);
+  return 2 * (m.out_off + out_elems);
 }
 
 // The tensor-core forward's plan for phase g (a forward, or the one phase of
@@ -92,6 +95,7 @@ inline bool plan_dw_mma(const DwGeom& g, int64_t n, int64_t C, DwMma* out, int64
   if ((m.rp / 8) % 2 == 0) m.rp += 8;
   m.out_pitch = 8 * (m.nt | 1);
   m.chunks = (m.rp + 32 / (m.cb / 8) - 1) / (32 / (m.cb / 8));
+  m.rl = 16 * m.ksteps + 7 * sW;
   m.runs = static_cast<int32_t>(C / m.cb);
   const int64_t width_blocks = int64_t{m.tiles_w} * m.runs;
   if (dw_mma_bytes(m, g, 1, OH) <= budget) {
@@ -120,21 +124,22 @@ inline bool plan_dw_mma(const DwGeom& g, int64_t n, int64_t C, DwMma* out, int64
   m.by_tiles_w = FastDiv(m.tiles_w);
   m.by_bands = FastDiv(m.bands);
   m.by_tw = FastDiv(m.tw);
+  m.by_rl = FastDiv(m.rl);
+  m.by_kh = FastDiv(KH);
+  m.by_dw = FastDiv(g.dil[2]);
   *out = m;
   return true;
 }
 
 // --- the warps' index maps (lane l of a warp; mma.sync m16n8k16 layouts) ---------
 
-// The filter tap (index into the channel's filter, through g's maps) of
-// B[k][n] of tap row kh, k-step s (k = 0..15), or -1 where B is zero.
-IM2COL_HD int32_t dw_mma_b_tap(const DwGeom& g, int32_t kh, int32_t s, int32_t k, int32_t n) {
-  const int32_t rel = 16 * s + k - n * g.stride[2];
-  if (rel < 0 || rel % g.dil[2] != 0) return -1;
-  const int32_t kw = rel / g.dil[2];
-  if (kw >= g.kernel[2]) return -1;
-  const int32_t fh = g.w_first[1] + g.w_step[1] * kh, fw = g.w_first[2] + g.w_step[2] * kw;
-  return fh * g.wk[2] + fw;
+// Where B[k][n] of channel cl, tap row kh, k-step s (k = 0..15) sits among
+// the staged taps: row (cl, kh) holds at u + 7 sW the tap row dilated (tap
+// kw at u = kw dW, zeros between and around), so every B element is one
+// load, without a test (dw_mma_stage_taps fills the rows).
+IM2COL_HD int32_t dw_mma_b_index(const DwMma& m, const DwGeom& g, int32_t cl, int32_t kh, int32_t s, int32_t k,
+                                 int32_t n) {
+  return (cl * g.kernel[1] + kh) * m.rl + 16 * s + k + (7 - n) * g.stride[2];
 }
 
 // B fragment register `reg` (0, 1) of lane l holds B[k][n], B[k + 1][n] with

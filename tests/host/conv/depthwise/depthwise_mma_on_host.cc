@@ -54,11 +54,9 @@ float value_of(uint16_t u, bool bf16) {
 }
 
 // The warps' phase of one block, lane by lane, as dw_mma_multiply runs it.
-void emulate_multiply(const uint16_t* tile, uint16_t* outs, const uint16_t* w, const DwGeom& g, const DwMma& m,
-                      int64_t c0, bool bf16) {
-  const int64_t wsize = g.w_size();
+void emulate_multiply(const uint16_t* tile, const uint16_t* taps, uint16_t* outs, const DwGeom& g, const DwMma& m,
+                      bool bf16) {
   for (int32_t cl = 0; cl < m.cb; ++cl) {
-    const uint16_t* wc = w + (c0 + cl) * wsize;
     const uint16_t* plane = tile + dw_mma_plane_base(cl, m.plane);
     uint16_t* out_plane = outs + dw_mma_plane_base(cl, m.out_plane);
     for (int32_t mt = 0; mt < m.mtiles; ++mt) {
@@ -70,8 +68,7 @@ void emulate_multiply(const uint16_t* tile, uint16_t* outs, const uint16_t* w, c
           for (int32_t reg = 0; reg < 2; ++reg)
             for (int32_t e = 0; e < 2; ++e) {
               const int32_t k = dw_mma_b_k(lane, reg) + e, n = dw_mma_b_n(lane);
-              const int32_t tap = dw_mma_b_tap(g, kh, s, k, n);
-              B[k][n] = tap < 0 ? 0.f : value_of(wc[tap], bf16);
+              B[k][n] = value_of(taps[dw_mma_b_index(m, g, cl, kh, s, k, n)], bf16);
             }
         for (int32_t j = 0; j < m.nt; ++j) {
           float A[16][16];
@@ -102,14 +99,18 @@ void run_mma(const T* x, const T* w, T* y, const DwGeom& g, const DwMma& m, int6
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   std::vector<uint16_t> smem(static_cast<size_t>(m.smem / 2) + 8);
   uint16_t* tile = smem.data();
-  uint16_t* outs = tile + m.in_elems;
+  uint16_t* taps = tile + m.w_off;
+  uint16_t* outs = tile + m.out_off;
   blockDim.x = kDwMmaThreads;
   for (int32_t b = 0; b < m.blocks; ++b) {
     // Poison: a quiet NaN, which the products would carry to the outputs.
     std::fill(smem.begin(), smem.end(), static_cast<uint16_t>(bf16 ? 0x7fc0 : 0x7e00));
     const DwMmaBlock k = dw_mma_block(m, b);
-    for (int32_t tid = 0; tid < kDwMmaThreads; ++tid) dw_mma_stage(tile, x, g, m, N, C, k, tid, kDwMmaThreads);
-    emulate_multiply(tile, outs, reinterpret_cast<const uint16_t*>(w), g, m, int64_t{k.run} * m.cb, bf16);
+    for (int32_t tid = 0; tid < kDwMmaThreads; ++tid) {
+      dw_mma_stage(tile, x, g, m, N, C, k, tid, kDwMmaThreads);
+      dw_mma_stage_taps(taps, w, g, m, int64_t{k.run} * m.cb, tid, kDwMmaThreads);
+    }
+    emulate_multiply(tile, taps, outs, g, m, bf16);
     for (int32_t tid = 0; tid < kDwMmaThreads; ++tid) dw_mma_write(y, outs, g, m, N, C, k, tid, kDwMmaThreads);
   }
 }
