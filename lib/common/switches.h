@@ -85,8 +85,6 @@ inline constexpr int kSwitchCount = static_cast<int>(sizeof(kSwitches) / sizeof(
 // GPU, off unless their variable is "1"; one becomes a switch (on by default)
 // once a same-build comparison has kept it, or is removed.
 #define IM2COL_TRIALS(X) \
-  X(kDwPipeline, "JAX_IM2COL_TRY_DW_PIPELINE", \
-    "channels-last depthwise forward tiles of one stage staged a block ahead: persistent blocks, two buffers (conv/depthwise/depthwise_kernels.cuh)") \
   X(kDwMma, "JAX_IM2COL_TRY_DW_MMA", \
     "channels-last 16-bit depthwise forwards and unit-stride input gradients on the tensor cores (conv/depthwise/depthwise_mma.cuh)")
 

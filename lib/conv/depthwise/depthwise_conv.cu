@@ -49,7 +49,6 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
                    switch_on(Switch::kDwNarrowRuns), n * p.count, &t, kDwSmemBudget, switch_on(Switch::kDwSectorCost))) {
     t.vector_io = cl && c % v == 0 && aligned_to(x, v * elem) && aligned_to(y, v * out_elem);
     dw_tile_launch(t, n, p.count);
-    if (trial_on(Trial::kDwPipeline)) dw_pipelines(t, bound);
     return cl ? dw_forward_tiles_cl(in, out, x, w, y, p, t, n, c, stream)
               : dw_forward_tiles_cf(in, out, x, w, y, p, t, n, c, stream);
   }

@@ -56,10 +56,11 @@
 //   registers; the block's threads sum in shared memory in a fixed order.
 //   Its slices are fewer than the call's (the same workspace); pass 2 as above.
 //
-// Trial (common/switches.h, off unless JAX_IM2COL_TRY_DW_PIPELINE=1): channels-
-// last forward tiles of one stage and one plane of taps run on persistent
-// blocks that stage the next block's tile while the current one computes
-// (dw_forward_pipelined, two buffers).
+// Trial (common/switches.h, off unless JAX_IM2COL_TRY_DW_MMA=1): channels-last
+// 16-bit forwards and unit-stride input gradients on the tensor cores
+// (depthwise_mma.cuh: per-channel GEMMs of the output rows against Toeplitz
+// bands of the taps). Correct on the GPU, slower than the tiles on
+// ConvNeXt-T's layers (docs/optimization-log.md, step 121).
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps

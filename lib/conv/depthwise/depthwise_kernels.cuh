@@ -501,67 +501,6 @@ __device__ __forceinline__ void dw_forward_block(Exec& e, unsigned char* smem, c
   }
 }
 
-// The channels-last forward of single-stage plans (dw_pipelines: the whole
-// window in one stage, one plane of taps) over blocks b0, b0 + step, ... of
-// `total`, each block's tile staged while the previous block's products run:
-// two buffers of t.buffer bytes at smem. Every block commits one group of
-// copies (empty where it stages nothing), so "all but the newest group" is
-// always the current block's.
-template <int S, typename T, typename TY, typename Exec>
-__device__ __forceinline__ void dw_forward_pipelined(Exec& e, unsigned char* smem, const T* __restrict__ x,
-                                                     const T* __restrict__ w, TY* __restrict__ y,
-                                                     const DwPhases& phases, const DwTile& t, int64_t n_images,
-                                                     int64_t C, int64_t b0, int64_t step, int64_t total) {
-  using A = typename Acc<T>::type;
-  constexpr int V = sizeof(T) == 8 ? 2 : 4;
-  // The input plane a block reads, or -1 where it computes nothing (empty
-  // tile, no taps, its one plane of taps outside the input).
-  auto plane_of = [&](const DwBlock& k) -> int32_t {
-    const DwGeom& g = phases.g[k.phase];
-    if (k.od >= g.out[0] || k.oh0 >= g.out[1] || k.ow0 >= g.out[2] || g.zero) return -1;
-    const int32_t id = k.od * g.stride[0] - g.pad[0];
-    return id < 0 || id >= g.in[0] ? -1 : id;
-  };
-  auto stage = [&](unsigned char* buffer, int64_t b) {
-    const DwBlock k = dw_forward_block_at(t, n_images, b);
-    const int32_t id = plane_of(k);
-    e.each([&](auto&) {
-      if (id >= 0) dw_forward_fill<true, T, A>(buffer, x, w, phases.g[k.phase], t, C, k, id, 0, 0, 0);
-      dw_commit_copies();
-    });
-  };
-  int cur = 0;
-  if (b0 < total) stage(smem, b0);
-  for (int64_t b = b0; b < total; b += step) {
-    unsigned char* buffer = smem + cur * t.buffer;
-    if (b + step < total) {
-      stage(smem + (cur ^ 1) * t.buffer, b + step);
-      e.each([&](auto&) { dw_wait_groups<1>(); });
-    } else {
-      e.each([&](auto&) { dw_wait_groups<0>(); });
-    }
-    e.sync();  // block b's tile is in
-    const DwBlock k = dw_forward_block_at(t, n_images, b);
-    const DwGeom& g = phases.g[k.phase];
-    const int32_t id = plane_of(k);
-    if (k.od < g.out[0] && k.oh0 < g.out[1] && k.ow0 < g.out[2]) {
-      e.each([&](auto& s) {
-#pragma unroll
-        for (int i = 0; i < kDwR; ++i)
-#pragma unroll
-          for (int v = 0; v < V; ++v) s.acc[i][v] = A(0);
-        if (id >= 0) {
-          const DwForwardThread h = dw_forward_thread(t, static_cast<int32_t>(threadIdx.x));
-          dw_forward_compute<true, S, T, A, V>(buffer, s.acc, g, t, h, 0, 0);
-        }
-      });
-      dw_forward_store_cl<TY, V>(e, y, g, t, k, C);
-    }
-    e.sync();  // block b's reads are done before its buffer is staged again
-    cur ^= 1;
-  }
-}
-
 template <bool CL, int S, typename T, typename TY>
 __global__ void __launch_bounds__(kDwThreads, 2)
 dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
@@ -573,18 +512,6 @@ dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restri
   const int64_t total = phases.count * n_images * t.blocks;
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x)
     dw_forward_block<CL, S, T, TY>(e, smem, x, w, y, phases, t, n_images, C, b);
-}
-
-template <int S, typename T, typename TY>
-__global__ void __launch_bounds__(kDwThreads, 2)
-dw_forward_pipelined_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y,
-                            const __grid_constant__ DwPhases phases, DwTile t, int64_t n_images, int64_t C) {
-  using A = typename Acc<T>::type;
-  constexpr int V = sizeof(T) == 8 ? 2 : 4;
-  extern __shared__ __align__(16) unsigned char smem[];
-  DwDeviceExec<DwForwardState<A, V>> e;
-  dw_forward_pipelined<S, T, TY>(e, smem, x, w, y, phases, t, n_images, C, blockIdx.x, gridDim.x,
-                                 phases.count * n_images * t.blocks);
 }
 
 // --- filter gradient: blocks ----------------------------------------------------------

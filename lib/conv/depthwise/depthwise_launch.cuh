@@ -30,23 +30,6 @@ cudaError_t dw_forward_tiles(xla::ffi::DataType in, xla::ffi::DataType out, cons
     using T = decltype(tag);
     using TY = decltype(out_tag);
     const int64_t total = p.count * n * t.blocks;
-    if constexpr (CL) {
-      if (t.pipelined) {
-        // Persistent blocks, as many as stay resident (each stages the next one's tile).
-        auto kernel = t.ring ? dw_forward_pipelined_kernel<1, T, TY> : dw_forward_pipelined_kernel<0, T, TY>;
-        const int bytes = static_cast<int>(2 * t.buffer);
-        DeviceInfo info;
-        int per_sm = 0;
-        if (const cudaError_t e = current_device_info(&info); e != cudaSuccess) return e;
-        if (const cudaError_t e = resident_blocks(reinterpret_cast<const void*>(kernel), t.threads, bytes, &per_sm);
-            e != cudaSuccess)
-          return e;
-        const int64_t grid = std::min<int64_t>(total, int64_t{std::max(1, per_sm)} * info.multiprocessors);
-        kernel<<<dw_grid(grid), static_cast<unsigned>(t.threads), static_cast<size_t>(bytes), stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<TY*>(y), p, t, n, c);
-        return cudaGetLastError();
-      }
-    }
     auto kernel = t.ring ? dw_forward_kernel<CL, 1, T, TY> : dw_forward_kernel<CL, 0, T, TY>;
     if (const cudaError_t e = dw_prepare(kernel, t.smem); e != cudaSuccess) return e;
     kernel<<<dw_grid(total), static_cast<unsigned>(t.threads), static_cast<size_t>(t.smem), stream>>>(

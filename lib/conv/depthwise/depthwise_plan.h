@@ -264,10 +264,6 @@ struct DwTile {
   bool cl = true;
   int32_t nv_shift = 0, cbp_shift = 0;  // log2 of nv and cbp (powers of two)
   FastDiv by_pw, by_ph, by_kwc, by_taps, by_tw, by_th;
-  // Channels-last single-stage plans staged a block ahead (dw_pipelines):
-  // two buffers of `buffer` bytes.
-  bool pipelined = false;
-  int64_t buffer = 0;
   // Block indices in 32 bits (dw_tile_launch): divisors of the block decode.
   bool decode32 = false;
   FastDiv by_launch_phase, by_runs, by_tiles_w, by_tiles_h, by_planes;
@@ -402,18 +398,6 @@ inline void dw_tile_launch(DwTile& t, int64_t n_images, int32_t phases) {
   t.by_tiles_w = FastDiv(t.tiles_w);
   t.by_tiles_h = FastDiv(t.tiles_h);
   t.by_planes = FastDiv(t.planes);
-}
-
-// Whether forward tile t over phases bound by g can stage each block while
-// the previous one computes (dw_forward_pipelined): channels-last, the whole
-// window in one stage and one plane of taps, two buffers within `budget`.
-// Sets t's buffer size where it can.
-inline bool dw_pipelines(DwTile& t, const DwGeom& g, int64_t budget = 2 * kDwSmemBudget) {
-  t.pipelined = false;
-  if (!t.cl || t.stages_h != 1 || t.stages_w != 1 || g.kernel[0] != 1) return false;
-  t.buffer = (t.smem + 127) / 128 * 128;
-  t.pipelined = 2 * t.buffer <= budget;
-  return t.pipelined;
 }
 
 // --- filter-gradient tiles ---------------------------------------------------------

@@ -40,7 +40,7 @@ int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0,
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
-int decoded32 = 0, pipelined = 0;
+int decoded32 = 0;
 int ringed = 0, unringed = 0, multi_stage = 0, multi_tile = 0, met = 0, segmented = 0, tap_groups = 0;
 
 // Runs each(f) for every thread of the block in turn, each with its state.
@@ -120,15 +120,6 @@ void run_tiles(const T* x, const T* w, TY* y, const DwPhases& p, const DwTile& t
   HostExec<DwForwardState<A, V>> e(static_cast<unsigned>(t.threads));
   blockDim.x = static_cast<unsigned>(t.threads);
   const int64_t total = p.count * N * t.blocks;
-  if constexpr (CL) {
-    if (t.pipelined) {  // 1-4 persistent blocks, each over its share of the launch's blocks
-      std::vector<unsigned char> buffers(2 * t.buffer + 64, 0xcd);
-      const int64_t step = draw(1, 4);
-      for (int64_t b0 = 0; b0 < step; ++b0)
-        dw_forward_pipelined<S, T, TY>(e, buffers.data(), x, w, y, p, t, N, C, b0, step, total);
-      return;
-    }
-  }
   for (int64_t b = 0; b < total; ++b) dw_forward_block<CL, S, T, TY>(e, smem.data(), x, w, y, p, t, N, C, b);
 }
 
@@ -166,7 +157,6 @@ void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int
     t.vector_io = CL && C % dw_vector(sizeof(T), true) == 0;
     if (draw(0, 3) != 0) dw_tile_launch(t, N, p.count);  // else the 64-bit block decode
     decoded32 += t.decode32;
-    if (draw(0, 1) == 0) pipelined += dw_pipelines(t, bound);
     ++staged;
     ++(t.ring ? ringed : unringed);
     multi_stage += t.stages_h * t.stages_w > 1;
@@ -567,7 +557,7 @@ int main(int argc, char** argv) {
   std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
               "%d streamed runs, %d streamed filter gradients\n", ran_forward, ran_backward, ran_filter, staged, gathered,
               streamed, streamed_filter);
-  std::printf("forward tiles: %d with 32-bit block indices, %d staged a block ahead\n", decoded32, pipelined);
+  std::printf("forward tiles: %d with 32-bit block indices\n", decoded32);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
               ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);
