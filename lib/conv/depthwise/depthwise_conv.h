@@ -60,7 +60,7 @@
 // 16-bit forwards and unit-stride input gradients on the tensor cores
 // (depthwise_mma.cuh: per-channel GEMMs of the output rows against Toeplitz
 // bands of the taps). Correct on the GPU, slower than the tiles on
-// ConvNeXt-T's layers (docs/optimization-log.md, step 121).
+// ConvNeXt-T's layers (docs/optimization-log.md, step 120).
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
