@@ -159,17 +159,18 @@ __device__ __forceinline__ uint32_t dw_mma_pack(float lo, float hi) {
 
 // Warp `warp`'s channels cl = warp, warp + kDwMmaWarps, ...: their B fragments
 // from the staged taps, then each m-tile's n-tiles over the fragments, stored
-// channel-major into `outs`.
-template <typename T>
+// channel-major into `outs`. MAXB and MAXNT bound m.frags and m.nt: the
+// fragment and accumulator arrays take 2 MAXB + 4 MAXNT registers.
+template <typename T, int MAXB, int MAXNT>
 __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint16_t* taps, uint16_t* outs,
                                                 const DwGeom& g, const DwMma& m, int32_t warp, int32_t lane) {
   const uint32_t tile_s = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
   const uint32_t a_step_j = 16u * static_cast<uint32_t>(g.stride[2]);  // 8 sW elements
   for (int32_t cl = warp; cl < m.cb; cl += kDwMmaWarps) {
-    uint32_t bf[kDwMmaMaxB][2];
+    uint32_t bf[MAXB][2];
     int32_t kh = 0, s = 0;
 #pragma unroll
-    for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
+    for (int32_t f = 0; f < MAXB; ++f) {
       if (f < m.frags) {
 #pragma unroll
         for (int reg = 0; reg < 2; ++reg) {
@@ -185,19 +186,19 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
     const uint32_t a_plane = tile_s + 2u * static_cast<uint32_t>(dw_mma_plane_base(cl, m.plane));
     for (int32_t mt = 0; mt < m.mtiles; ++mt) {
       const uint32_t a_row = a_plane + 2u * static_cast<uint32_t>(dw_mma_a_row_offset(m, g, mt, lane));
-      float acc[kDwMmaMaxNt][4];
+      float acc[MAXNT][4];
 #pragma unroll
-      for (int32_t j = 0; j < kDwMmaMaxNt; ++j)
+      for (int32_t j = 0; j < MAXNT; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
       kh = 0;
       s = 0;
 #pragma unroll
-      for (int32_t f = 0; f < kDwMmaMaxB; ++f) {
+      for (int32_t f = 0; f < MAXB; ++f) {
         if (f < m.frags) {
           const uint32_t a_f = a_row + 2u * static_cast<uint32_t>(dw_mma_a_step(m, g, kh, s, 0));
 #pragma unroll
-          for (int32_t j = 0; j < kDwMmaMaxNt; ++j) {
+          for (int32_t j = 0; j < MAXNT; ++j) {
             if (j < m.nt) {
               uint32_t a[4];
               implicit::load_matrices(a, a_f + a_step_j * static_cast<uint32_t>(j));
@@ -212,7 +213,7 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
       }
       uint32_t* out_words = reinterpret_cast<uint32_t*>(outs + dw_mma_plane_base(cl, m.out_plane));
 #pragma unroll
-      for (int32_t j = 0; j < kDwMmaMaxNt; ++j) {
+      for (int32_t j = 0; j < MAXNT; ++j) {
         if (j < m.nt) {
           out_words[dw_mma_c_offset(m, mt, j, lane, 0) / 2] = dw_mma_pack<T>(acc[j][0], acc[j][1]);
           out_words[dw_mma_c_offset(m, mt, j, lane, 1) / 2] = dw_mma_pack<T>(acc[j][2], acc[j][3]);
@@ -223,8 +224,9 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
 }
 #endif
 
-template <typename T>
-__global__ void __launch_bounds__(kDwMmaThreads, 2)
+// MINBLOCKS blocks an SM: the launch bound that sizes the registers.
+template <typename T, int MAXB, int MAXNT, int MINBLOCKS>
+__global__ void __launch_bounds__(kDwMmaThreads, MINBLOCKS)
 dw_mma_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, const DwGeom g,
                       const DwMma m, int64_t n_images, int64_t C) {
   extern __shared__ __align__(16) unsigned char dw_mma_smem[];
@@ -237,7 +239,7 @@ dw_mma_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __res
   dw_mma_stage_taps(taps, w, g, m, int64_t{k.run} * m.cb, tid, kDwMmaThreads);
   __syncthreads();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
-  dw_mma_multiply<T>(tile, taps, outs, g, m, tid / 32, tid % 32);
+  dw_mma_multiply<T, MAXB, MAXNT>(tile, taps, outs, g, m, tid / 32, tid % 32);
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif
