@@ -44,75 +44,79 @@ IM2COL_HD int32_t dw_mma_chunk_cols(const DwMma& m) { return m.cb > 8 ? 16 : 32;
 
 // Stages the block's input: for each image, row and column of its tile, the
 // cb channels (16-byte vectors of 8) as cb planes of rows (zeros outside the
-// input, past the images, and in the pitch's slack). Loads four items ahead
-// of their stores.
+// input, past the images, and in the pitch's slack). A staged row is Q =
+// 32 chunks items (a column's half of the channels each); a thread keeps one
+// item of the row and walks rows S apart (S rows side by side where Q
+// divides into the threads), four loads ahead of their stores.
 template <typename T>
 __device__ __forceinline__ void dw_mma_stage(uint16_t* tile, const T* __restrict__ x, const DwGeom& g,
                                              const DwMma& m, int64_t n_images, int64_t C, const DwMmaBlock& k,
                                              int32_t tid, int32_t nthreads) {
   constexpr int kAhead = 4;
   const int32_t cw = dw_mma_chunk_cols(m);
-  const int32_t items = m.nb * m.ph * m.chunks * 32;
+  const int32_t Q = m.chunks * 32;
+  const int32_t S = Q <= nthreads ? nthreads / Q : 1;
+  const int32_t r0 = Q <= nthreads ? tid / Q : 0;
+  if (r0 >= S) return;
   const int32_t IH = g.in[1], IW = g.in[2];
   const int32_t ih0 = k.band * m.th * g.stride[1] - g.pad[1];
   const int32_t iw0 = k.wt * m.tw * g.stride[2] - g.pad[2];
   const int64_t c0 = int64_t{k.run} * m.cb, n0 = int64_t{k.group} * m.nb;
-  for (int32_t i0 = tid; i0 < items; i0 += kAhead * nthreads) {
-    uint4 v[kAhead];
-    int32_t at[kAhead];
+  const int64_t row_step = int64_t{IW} * C;
+  for (int32_t q = Q <= nthreads ? tid - r0 * Q : tid; q < Q; q += nthreads) {
+    const int32_t within = q & 31, h = within / cw, col = (q >> 5) * cw + within - h * cw;
+    if (col >= m.rp) continue;
+    const int32_t iw = iw0 + col;
+    const bool col_ok = static_cast<uint32_t>(iw) < static_cast<uint32_t>(IW);
+    uint16_t* dst_col = tile + dw_mma_plane_base(8 * h, m.plane) + col;
+    for (int32_t img = 0; img < m.nb; ++img) {
+      const bool img_ok = col_ok && n0 + img < n_images;
+      // Offset of (image, row ih0, column iw, channel c0 + 8h): valid rows add r row_step.
+      const int64_t base = ((n0 + img) * IH + ih0) * row_step + int64_t{iw} * C + c0 + 8 * h;
+      uint16_t* dst = dst_col + img * m.ph * m.rp;
+      for (int32_t row = r0; row < m.ph; row += kAhead * S) {
+        uint4 v[kAhead];
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int32_t i = i0 + a * nthreads;
-      int32_t q = i >> 5, chunk, img, row;
-      m.by_chunks.divmod(q, q, chunk);
-      m.by_ph.divmod(q, img, row);
-      const int32_t within = i & 31, h = within / cw, col = chunk * cw + within - h * cw;
-      const int32_t ih = ih0 + row, iw = iw0 + col;
-      const bool inside = i < items && col < m.rp;
-      const bool valid = inside && n0 + img < n_images && static_cast<uint32_t>(ih) < static_cast<uint32_t>(IH) &&
-                         static_cast<uint32_t>(iw) < static_cast<uint32_t>(IW);
-      v[a] = make_uint4(0, 0, 0, 0);
-      if (valid)
-        v[a] = __ldg(reinterpret_cast<const uint4*>(x + ((n0 + img) * IH + ih) * static_cast<int64_t>(IW) * C +
-                                                    static_cast<int64_t>(iw) * C + c0 + 8 * h));
-      at[a] = inside ? dw_mma_plane_base(8 * h, m.plane) + (img * m.ph + row) * m.rp + col : -1;
-    }
+        for (int a = 0; a < kAhead; ++a) {
+          const int32_t r = row + a * S;
+          v[a] = make_uint4(0, 0, 0, 0);
+          if (img_ok && r < m.ph && static_cast<uint32_t>(ih0 + r) < static_cast<uint32_t>(IH))
+            v[a] = __ldg(reinterpret_cast<const uint4*>(x + base + int64_t{r} * row_step));
+        }
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      if (at[a] < 0) continue;
-      uint16_t* dst = tile + at[a];
-      const uint32_t words[4] = {v[a].x, v[a].y, v[a].z, v[a].w};
+        for (int a = 0; a < kAhead; ++a) {
+          const int32_t r = row + a * S;
+          if (r >= m.ph) break;
+          uint16_t* d = dst + r * m.rp;
+          const uint32_t words[4] = {v[a].x, v[a].y, v[a].z, v[a].w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        dst[(2 * e) * m.plane] = static_cast<uint16_t>(words[e] & 0xffffu);
-        dst[(2 * e + 1) * m.plane] = static_cast<uint16_t>(words[e] >> 16);
+          for (int e = 0; e < 4; ++e) {
+            d[(2 * e) * m.plane] = static_cast<uint16_t>(words[e] & 0xffffu);
+            d[(2 * e + 1) * m.plane] = static_cast<uint16_t>(words[e] >> 16);
+          }
+        }
       }
     }
   }
 }
 
 // Stages the block's taps as dw_mma_b_index reads them: for each channel
-// and tap row, the row dilated along W (through g's maps: the input
-// gradient's filter read backwards) with zeros between and around.
+// and tap row (a thread each), the row dilated along W (through g's maps: the
+// input gradient's filter read backwards) with zeros between and around.
 template <typename T>
 __device__ __forceinline__ void dw_mma_stage_taps(uint16_t* taps, const T* __restrict__ w, const DwGeom& g,
                                                   const DwMma& m, int64_t c0, int32_t tid, int32_t nthreads) {
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(w);
   const int64_t wsize = g.w_size();
-  const int32_t items = m.cb * g.kernel[1] * m.rl, lead = 7 * g.stride[2];
-  for (int32_t i = tid; i < items; i += nthreads) {
-    int32_t q, idx, cl, kh, kw, rem;
-    m.by_rl.divmod(i, q, idx);
-    m.by_kh.divmod(q, cl, kh);
-    const int32_t u = idx - lead;
-    uint16_t value = 0;
-    if (u >= 0) {
-      m.by_dw.divmod(u, kw, rem);
-      if (rem == 0 && kw < g.kernel[2])
-        value = __ldg(bits + (c0 + cl) * wsize + (g.w_first[1] + g.w_step[1] * kh) * g.wk[2] + g.w_first[2] +
-                      g.w_step[2] * kw);
-    }
-    taps[i] = value;
+  const int32_t rows = m.cb * g.kernel[1], lead = 7 * g.stride[2];
+  for (int32_t i = tid; i < rows; i += nthreads) {
+    int32_t cl, kh;
+    m.by_kh.divmod(i, cl, kh);
+    uint16_t* row = taps + i * m.rl;
+    for (int32_t u = 0; u < m.rl; ++u) row[u] = 0;
+    const uint16_t* src =
+        bits + (c0 + cl) * wsize + (g.w_first[1] + g.w_step[1] * kh) * g.wk[2] + g.w_first[2];
+    for (int32_t kw = 0; kw < g.kernel[2]; ++kw) row[lead + kw * g.dil[2]] = __ldg(src + g.w_step[2] * kw);
   }
 }
 
@@ -166,6 +170,7 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
                                                 const DwGeom& g, const DwMma& m, int32_t warp, int32_t lane) {
   const uint32_t tile_s = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
   const uint32_t a_step_j = 16u * static_cast<uint32_t>(g.stride[2]);  // 8 sW elements
+  const uint32_t kh_step = 2u * static_cast<uint32_t>(g.dil[1] * m.rp);
   for (int32_t cl = warp; cl < m.cb; cl += kDwMmaWarps) {
     uint32_t bf[MAXB][2];
     int32_t kh = 0, s = 0;
@@ -191,12 +196,13 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
       for (int32_t j = 0; j < MAXNT; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
-      kh = 0;
+      // dw_mma_a_step(m, g, kh, s, j), carried: tap rows dH rows apart, k-steps 16 columns.
+      uint32_t a_kh = a_row;
       s = 0;
 #pragma unroll
       for (int32_t f = 0; f < MAXB; ++f) {
         if (f < m.frags) {
-          const uint32_t a_f = a_row + 2u * static_cast<uint32_t>(dw_mma_a_step(m, g, kh, s, 0));
+          const uint32_t a_f = a_kh + 32u * static_cast<uint32_t>(s);
 #pragma unroll
           for (int32_t j = 0; j < MAXNT; ++j) {
             if (j < m.nt) {
@@ -207,7 +213,7 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
           }
           if (++s == m.ksteps) {
             s = 0;
-            ++kh;
+            a_kh += kh_step;
           }
         }
       }

@@ -44,7 +44,7 @@ struct DwMma {
   int32_t runs = 1;                     // C / cb
   int64_t w_off = 0, out_off = 0;       // elements before the staged taps, before the staged outputs
   int64_t smem = 0, blocks = 0;
-  FastDiv by_th, by_chunks, by_ph, by_runs, by_tiles_w, by_bands, by_tw, by_rl, by_kh, by_dw;
+  FastDiv by_th, by_runs, by_tiles_w, by_bands, by_tw, by_kh;
 };
 
 // K columns an n-tile's B band spans: its 8 outputs' taps.
@@ -118,15 +118,11 @@ inline bool plan_dw_mma(const DwGeom& g, int64_t n, int64_t C, DwMma* out, int64
   m.blocks = int64_t{m.groups} * m.bands * width_blocks;
   if (m.blocks >= (int64_t{1} << 31)) return false;
   m.by_th = FastDiv(m.th);
-  m.by_chunks = FastDiv(m.chunks);
-  m.by_ph = FastDiv(m.ph);
   m.by_runs = FastDiv(m.runs);
   m.by_tiles_w = FastDiv(m.tiles_w);
   m.by_bands = FastDiv(m.bands);
   m.by_tw = FastDiv(m.tw);
-  m.by_rl = FastDiv(m.rl);
   m.by_kh = FastDiv(KH);
-  m.by_dw = FastDiv(g.dil[2]);
   *out = m;
   return true;
 }
