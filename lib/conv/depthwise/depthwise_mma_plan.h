@@ -11,6 +11,12 @@
 // input is staged channel-major (a plane of rows a channel), the outputs
 // pass back through shared memory channel-major and leave as
 // 16-byte vectors of 8 channels.
+//
+// Non-finite inputs: B's zeros multiply inputs outside an output's window
+// but inside its n-tile's band, so an infinite input makes NaN of outputs
+// near it that lax computes finite (0 x inf); a NaN input, of outputs within
+// the band. Before this path runs by default, that difference must be
+// settled (tested against lax on non-finite inputs, or documented).
 #pragma once
 
 #include <algorithm>
