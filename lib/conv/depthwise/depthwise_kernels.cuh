@@ -117,21 +117,6 @@ __device__ __forceinline__ void dw_stage_pixels(T* tile, int32_t pitch, const T*
     dw_stage_pixels_as<V, int64_t>(tile, pitch, plane, rows, cols, nv, nv_shift, h0, w0, h_hi, w_hi, width, C, c0);
 }
 
-// Closes this thread's copies issued since the last commit into a group.
-__device__ __forceinline__ void dw_commit_copies() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// Waits for this thread's groups of copies but the PENDING most recent.
-template <int PENDING>
-__device__ __forceinline__ void dw_wait_groups() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
-#endif
-}
-
 // V elements at p (shared memory, aligned to the vector) as accumulators.
 template <int V, typename T, typename A>
 __device__ __forceinline__ void dw_load(A (&d)[V], const T* p) {

@@ -170,7 +170,6 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
                                                 const DwGeom& g, const DwMma& m, int32_t warp, int32_t lane) {
   const uint32_t tile_s = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
   const uint32_t a_step_j = 16u * static_cast<uint32_t>(g.stride[2]);  // 8 sW elements
-  const uint32_t kh_step = 2u * static_cast<uint32_t>(g.dil[1] * m.rp);
   for (int32_t cl = warp; cl < m.cb; cl += kDwMmaWarps) {
     uint32_t bf[MAXB][2];
     int32_t kh = 0, s = 0;
@@ -196,13 +195,12 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
       for (int32_t j = 0; j < MAXNT; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
-      // dw_mma_a_step(m, g, kh, s, j), carried: tap rows dH rows apart, k-steps 16 columns.
-      uint32_t a_kh = a_row;
+      kh = 0;
       s = 0;
 #pragma unroll
       for (int32_t f = 0; f < MAXB; ++f) {
         if (f < m.frags) {
-          const uint32_t a_f = a_kh + 32u * static_cast<uint32_t>(s);
+          const uint32_t a_f = a_row + 2u * static_cast<uint32_t>(dw_mma_a_step(m, g, kh, s, 0));
 #pragma unroll
           for (int32_t j = 0; j < MAXNT; ++j) {
             if (j < m.nt) {
@@ -213,7 +211,7 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
           }
           if (++s == m.ksteps) {
             s = 0;
-            a_kh += kh_step;
+            ++kh;
           }
         }
       }

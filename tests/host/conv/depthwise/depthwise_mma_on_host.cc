@@ -182,7 +182,7 @@ bool one_case(bool gradient) {
   if (!plan_dw_mma(dg, N, C, &m, budget, draw(0, 1) == 0 ? 1 : kDwMmaMinBlocks)) {
     ++refused;
     // Only where a window's fragments exceed the registers, or nothing fits the budget.
-    const int64_t span = 7 * dg.stride[2] + (dg.kernel[2] - 1) * dg.dil[2] + 1;
+    const int64_t span = dw_mma_span(dg.stride[2], dg.kernel[2], dg.dil[2]);
     DwMma unbounded;
     if (dg.kernel[1] * ((span + 15) / 16) <= kDwMmaMaxB && !plan_dw_mma(dg, N, C, &unbounded, int64_t{1} << 30)) {
       describe("refused", g, N, C, m, budget);
