@@ -248,6 +248,89 @@ def test_convnext_layer_channels_first(platform):
                   channels_last=False)
 
 
+def assert_same_non_finite(actual, expected, tol):
+  """NaN and infinities where lax has them (with their signs), the finite
+  values close."""
+  a, b = np.asarray(actual).astype(np.float64), np.asarray(expected).astype(np.float64)
+  assert a.shape == b.shape
+  np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+  inf = np.isinf(b)
+  np.testing.assert_array_equal(a[inf], b[inf])
+  finite = np.isfinite(b)
+  assert np.all(np.isfinite(a[finite]))
+  assert rel_err(a[finite], b[finite]) <= tol
+
+
+def depthwise_same_f64(x, w, ct):
+  """The channels-last, unit-stride, SAME depthwise forward and input
+  gradient in float64 numpy, each output the sum of its own window's
+  products (lax on the CPU runs a grouped convolution as a dense one whose
+  zero taps meet every channel, so its NaN spread across channels: no oracle
+  for non-finite inputs)."""
+  x, w, ct = (np.asarray(a).astype(np.float64) for a in (x, w, ct))
+  n, h, wd, c = x.shape
+  kh, kw = w.shape[:2]
+  lo_h, lo_w = (kh - 1) // 2, (kw - 1) // 2
+  xp = np.zeros((n, h + kh - 1, wd + kw - 1, c))
+  xp[:, lo_h:lo_h + h, lo_w:lo_w + wd] = x
+  y = np.zeros((n, h, wd, c))
+  dxp = np.zeros_like(xp)
+  for i in range(kh):
+    for j in range(kw):
+      y += xp[:, i:i + h, j:j + wd] * w[i, j, 0]
+      dxp[:, i:i + h, j:j + wd] += ct * w[i, j, 0]
+  return y, dxp[:, lo_h:lo_h + h, lo_w:lo_w + wd]
+
+
+def test_non_finite_oracle_agrees_with_lax():
+  """depthwise_same_f64 is lax's convolution on finite inputs."""
+  x, w = operands(2, (9, 11), 4, (3, 5), True, F64, 5)
+  ct = np.random.default_rng(6).standard_normal((2, 9, 11, 4))
+  kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=4)
+
+  def reference(x, w, ct):
+    y, vjp = jax.vjp(lambda x: lax.conv_general_dilated(x, w, precision=lax.Precision.HIGHEST, **kwargs), x)
+    return y, vjp(ct)[0]
+
+  for got, want in zip(depthwise_same_f64(x, w, ct), on_cpu(reference, x, w, ct)):
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", [pytest.param(BF16, id="bfloat16"), pytest.param(F16, id="float16"),
+                                   pytest.param(F32, id="float32")])
+@pytest.mark.parametrize("k,spatial", [(7, (14, 14)), (3, (28, 28)), (7, (1, 40))], ids=["7x7", "3x3", "1x7-row"])
+def test_non_finite_inputs(platform, dtype, k, spatial):
+  """An inf or NaN input reaches exactly the outputs whose windows hold it:
+  the forward, and the input gradient of a cotangent holding them. The
+  tensor-core forward (16-bit, channels-last) would spread NaN through its
+  Toeplitz band's zeros (0 x inf) if it did not recompute those tiles window
+  by window (depthwise_mma.cuh)."""
+  c = 16
+  kernel = (min(k, spatial[0]), k)
+  kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                feature_group_count=c)
+  x, w = operands(2, spatial, c, kernel, True, dtype, 7)
+  x = np.asarray(x).copy()
+  h, wd = spatial
+  x[0, h // 2, wd // 3, 3] = np.inf
+  x[1, 0, wd - 1, 9] = -np.inf
+  x[1, h - 1, 2, 12] = np.nan
+  ct = np.asarray(np.random.default_rng(8).standard_normal((2, h, wd, c)), np.float32).astype(dtype)
+  ct[0, h - 1, wd // 2, 5] = -np.inf
+  ct[1, h // 3, 1, 0] = np.nan
+  x, ct = jnp.asarray(x), jnp.asarray(ct)
+  with depthwise_on(platform):
+    y = jax.jit(lambda x, w: conv(x, w, **kwargs))(x, w)
+    dx = jax.jit(lambda x, w, ct: jax.vjp(lambda x: conv(x, w, **kwargs), x)[1](ct)[0])(x, w, ct)
+  for got, ref in zip((y, dx), depthwise_same_f64(x, w, ct)):
+    assert got.dtype == dtype
+    assert_same_non_finite(got, ref.astype(dtype), TOL[dtype])
+    # The poison stays local: most outputs are finite.
+    assert np.mean(np.isfinite(np.asarray(got, np.float64))) > 0.8
+
+
 # --- the GPU runs the depthwise kernels --------------------------------------------------
 
 TARGETS = ("jax_im2col_conv_forward", "jax_im2col_conv_backward_data", "jax_im2col_conv_backward_filter")

@@ -60,7 +60,9 @@ namespace im2col {
   X(kDwStreamFilterS1, "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", \
     "unit-stride 3x3 depthwise filter gradients on maps of 56 rows or more streamed, rather than tiled (conv/depthwise/depthwise_stream_filter.cuh)") \
   X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \
-    "depthwise kernels on shared-memory tiles, rather than one thread per output element (conv/depthwise/depthwise_conv.cu)")
+    "depthwise kernels on shared-memory tiles, rather than one thread per output element (conv/depthwise/depthwise_conv.cu)") \
+  X(kDwMma, "JAX_IM2COL_NO_DW_MMA", \
+    "channels-last 16-bit depthwise forwards and unit-stride input gradients on the tensor cores (conv/depthwise/depthwise_mma.cuh)")
 
 enum class Switch : int {
 #define IM2COL_SWITCH_ID(id, env, meaning) id,
@@ -80,40 +82,6 @@ inline constexpr SwitchInfo kSwitches[] = {
 };
 
 inline constexpr int kSwitchCount = static_cast<int>(sizeof(kSwitches) / sizeof(kSwitches[0]));
-
-// Trials: paths written and tested on the host but not yet measured on a
-// GPU, off unless their variable is "1"; one becomes a switch (on by default)
-// once a same-build comparison has kept it, or is removed.
-#define IM2COL_TRIALS(X) \
-  X(kDwMma, "JAX_IM2COL_TRY_DW_MMA", \
-    "channels-last 16-bit depthwise forwards and unit-stride input gradients on the tensor cores (conv/depthwise/depthwise_mma.cuh)")
-
-enum class Trial : int {
-#define IM2COL_TRIAL_ID(id, env, meaning) id,
-  IM2COL_TRIALS(IM2COL_TRIAL_ID)
-#undef IM2COL_TRIAL_ID
-};
-
-inline constexpr SwitchInfo kTrials[] = {
-#define IM2COL_TRIAL_INFO(id, env, meaning) {env, meaning},
-    IM2COL_TRIALS(IM2COL_TRIAL_INFO)
-#undef IM2COL_TRIAL_INFO
-};
-
-inline constexpr int kTrialCount = static_cast<int>(sizeof(kTrials) / sizeof(kTrials[0]));
-
-// Whether trial `t` was asked for.
-inline bool trial_on(Trial t) {
-  static const std::array<bool, kTrialCount> on = [] {
-    std::array<bool, kTrialCount> table{};
-    for (int i = 0; i < kTrialCount; ++i) {
-      const char* v = std::getenv(kTrials[i].env);
-      table[i] = v != nullptr && v[0] == '1';
-    }
-    return table;
-  }();
-  return on[static_cast<int>(t)];
-}
 
 // Whether switch `s` leaves its kernel on.
 inline bool switch_on(Switch s) {

@@ -35,7 +35,7 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   const size_t acc = in == DataType::F64 ? 8 : 4;
   const int32_t v = dw_vector(elem, true);
   DwMma mma;
-  if (cl && trial_on(Trial::kDwMma) && p.count == 1 && in == out && elem == 2 && plan_dw_mma(p.g[0], n, c, &mma) &&
+  if (cl && switch_on(Switch::kDwMma) && p.count == 1 && in == out && elem == 2 && plan_dw_mma(p.g[0], n, c, &mma) &&
       aligned_to(x, 16) && aligned_to(y, 16))
     return dw_forward_mma(in, x, w, y, p.g[0], mma, n, c, stream);
   DwStreamPlan s;

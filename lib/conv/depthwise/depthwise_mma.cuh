@@ -3,8 +3,9 @@
 // (or a band of rows of one), a W tile of 8 nt outputs and cb channels, in
 // three phases between barriers: stage its input channel-major, each warp
 // multiplies its channels' rows against their Toeplitz bands on the tensor
-// cores into a channel-major output tile, and the block writes the tile back
-// channels-last. Staging and write-back are per-thread code (the host tests
+// cores into a channel-major output tile (m-tiles that met an inf or NaN
+// recomputed window by window, dw_mma_direct), and the block writes the tile
+// back channels-last. Staging and write-back are per-thread code (the host tests
 // run them); the warps' phase runs on the GPU only, its index maps are the
 // host tests'.
 #pragma once
@@ -149,6 +150,55 @@ __device__ __forceinline__ void dw_mma_write(T* __restrict__ y, const uint16_t* 
   }
 }
 
+// A staged 16-bit element's value, and a value's bits, for T.
+template <typename T>
+__device__ __forceinline__ float dw_mma_value(uint16_t bits) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw r;
+    r.x = bits;
+    return __half2float(__half(r));
+  } else {
+    __nv_bfloat16_raw r;
+    r.x = bits;
+    return __bfloat162float(__nv_bfloat16(r));
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint16_t dw_mma_bits(float v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half_raw r = __float2half_rn(v);
+    return r.x;
+  } else {
+    const __nv_bfloat16_raw r = __float2bfloat16_rn(v);
+    return r.x;
+  }
+}
+
+// Channel cl's outputs of m-tile mt, one lane's share, straight from the
+// staged input and taps over each output's own window: the path for m-tiles
+// whose products met an infinite or NaN input or tap, which B's zeros would
+// otherwise spread to outputs outside its window (0 x inf). Slow, and exact
+// to lax's semantics.
+template <typename T>
+__device__ __forceinline__ void dw_mma_direct(const uint16_t* tile, const uint16_t* taps, uint16_t* outs,
+                                              const DwGeom& g, const DwMma& m, int32_t cl, int32_t mt, int32_t lane) {
+  const uint16_t* plane = tile + dw_mma_plane_base(cl, m.plane);
+  const uint16_t* w = taps + cl * g.kernel[1] * m.rl + 7 * g.stride[2];
+  uint16_t* out = outs + dw_mma_plane_base(cl, m.out_plane);
+  const int32_t r0 = mt * 16, items = min(16, m.rows - r0) * m.tw;
+  for (int32_t i = lane; i < items; i += 32) {
+    int32_t rl, col, img, ohl;
+    m.by_tw.divmod(i, rl, col);
+    m.by_th.divmod(r0 + rl, img, ohl);
+    const uint16_t* in = plane + (img * m.ph + ohl * g.stride[1]) * m.rp + col * g.stride[2];
+    float acc = 0.f;
+    for (int32_t kh = 0; kh < g.kernel[1]; ++kh)
+      for (int32_t kw = 0; kw < g.kernel[2]; ++kw)
+        acc += dw_mma_value<T>(in[kh * g.dil[1] * m.rp + kw * g.dil[2]]) * dw_mma_value<T>(w[kh * m.rl + kw * g.dil[2]]);
+    out[(r0 + rl) * m.out_pitch + col] = dw_mma_bits<T>(acc);
+  }
+}
+
 #if defined(__CUDA_ARCH__)
 template <typename T>
 __device__ __forceinline__ uint32_t dw_mma_pack(float lo, float hi) {
@@ -214,6 +264,16 @@ __device__ __forceinline__ void dw_mma_multiply(const uint16_t* tile, const uint
             ++kh;
           }
         }
+      }
+      // A non-finite accumulator (rarely a finite overflow) marks an m-tile
+      // whose products met an inf or NaN: recomputed window by window.
+      float total = 0.f;
+#pragma unroll
+      for (int32_t j = 0; j < MAXNT; ++j)
+        if (j < m.nt) total += (acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3]);
+      if (__any_sync(0xffffffffu, !isfinite(total))) {
+        dw_mma_direct<T>(tile, taps, outs, g, m, cl, mt, lane);
+        continue;
       }
       uint32_t* out_words = reinterpret_cast<uint32_t*>(outs + dw_mma_plane_base(cl, m.out_plane));
 #pragma unroll

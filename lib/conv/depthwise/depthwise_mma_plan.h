@@ -13,10 +13,10 @@
 // 16-byte vectors of 8 channels.
 //
 // Non-finite inputs: B's zeros multiply inputs outside an output's window
-// but inside its n-tile's band, so an infinite input makes NaN of outputs
-// near it that lax computes finite (0 x inf); a NaN input, of outputs within
-// the band. Before this path runs by default, that difference must be
-// settled (tested against lax on non-finite inputs, or documented).
+// but inside its n-tile's band, so an inf or NaN would make NaN of outputs
+// that lax computes finite (0 x inf). An m-tile whose accumulators are not
+// all finite is therefore recomputed from each output's own window
+// (dw_mma_direct), which gives lax's values.
 #pragma once
 
 #include <algorithm>

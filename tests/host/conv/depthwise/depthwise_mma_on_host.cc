@@ -14,6 +14,7 @@
 // against float64 references; staged tiles are poisoned first, so a read of
 // an element nobody staged shows. Small integers keep every sum exact.
 // Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,8 @@ using namespace im2col::cuda;
 namespace {
 
 int planned = 0, refused = 0, banded = 0, multi_image = 0, multi_w = 0, multi_k = 0, gradients = 0, long_rows = 0;
+int64_t direct_tiles = 0;  // m-tiles recomputed window by window (dw_mma_direct)
+int non_finite = 0;        // cases given infinite and NaN inputs
 
 uint16_t bits_of(float v, bool bf16) {
   if (bf16) {
@@ -82,6 +85,18 @@ void emulate_multiply(const uint16_t* tile, const uint16_t* taps, uint16_t* outs
             for (int32_t n = 0; n < 8; ++n)
               for (int32_t k = 0; k < 16; ++k) acc[j][r][n] += A[r][k] * B[k][n];
         }
+      }
+      // As the kernel: an m-tile with a non-finite accumulator goes window by window.
+      bool finite = true;
+      for (int32_t j = 0; j < m.nt; ++j)
+        for (int32_t r = 0; r < 16; ++r)
+          for (int32_t n = 0; n < 8; ++n) finite = finite && std::isfinite(acc[j][r][n]);
+      if (!finite) {
+        ++direct_tiles;
+        for (int32_t lane = 0; lane < 32; ++lane)
+          bf16 ? dw_mma_direct<__nv_bfloat16>(tile, taps, outs, g, m, cl, mt, lane)
+               : dw_mma_direct<__half>(tile, taps, outs, g, m, cl, mt, lane);
+        continue;
       }
       for (int32_t j = 0; j < m.nt; ++j)
         for (int32_t lane = 0; lane < 32; ++lane)
@@ -211,7 +226,45 @@ bool one_case(bool gradient) {
           if (gradient) want[at(n, s, c, C, out_size)] += to_double(x[at(n, l, c, C, in_size)]) * to_double(w[c * K + k]);
           else want[at(n, l, c, C, out_size)] += to_double(x[at(n, s, c, C, in_size)]) * to_double(w[c * K + k]);
         }
+  // A fifth of the cases get a few infinite and NaN inputs: outputs whose
+  // windows hold none must stay finite, as lax's do.
+  const bool poisoned = draw(0, 4) == 0;
+  if (poisoned) {
+    ++non_finite;
+    auto xs = x;
+    const float specials[3] = {INFINITY, -INFINITY, NAN};
+    for (int i = 0, count = draw(1, 3); i < count; ++i)
+      xs[draw(0, static_cast<int>(xs.size()) - 1)] = from_float<T>(specials[draw(0, 2)]);
+    std::fill(want.begin(), want.end(), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t l = 0; l < g.out_size; ++l)
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t s = source(g, l, k);
+            if (s < 0) continue;
+            if (gradient) want[at(n, s, c, C, out_size)] += to_double(xs[at(n, l, c, C, in_size)]) * to_double(w[c * K + k]);
+            else want[at(n, l, c, C, out_size)] += to_double(xs[at(n, s, c, C, in_size)]) * to_double(w[c * K + k]);
+          }
+    const int64_t before = direct_tiles;
+    run_mma<T>(xs.data(), w.data(), y.data(), dg, m, N, C);
+    int64_t bad = -1;
+    for (size_t i = 0; i < y.size() && bad < 0; ++i) {
+      const double got = to_double(y[i]), expect = stored<T>(want[i]);
+      if (std::isnan(expect) ? !std::isnan(got) : got != expect) bad = static_cast<int64_t>(i);
+    }
+    if (bad < 0) return true;
+    describe("non-finite inputs", g, N, C, m, budget);
+    std::printf("  element %lld of %zu: got %g, want %g (%lld m-tiles window by window)\n", static_cast<long long>(bad),
+                y.size(), to_double(y[bad]), stored<T>(want[bad]), static_cast<long long>(direct_tiles - before));
+    return false;
+  }
+  const int64_t before = direct_tiles;
   run_mma<T>(x.data(), w.data(), y.data(), dg, m, N, C);
+  if (direct_tiles != before) {
+    // Finite inputs never leave the tensor cores (and a poisoned read, which would, shows here).
+    describe("finite inputs went window by window", g, N, C, m, budget);
+    return false;
+  }
   const int64_t bad = first_mismatch(y, want);
   if (bad < 0) return true;
   describe(gradient ? "input gradient" : "forward", g, N, C, m, budget);
@@ -230,8 +283,12 @@ int main() {
     ++(ok ? passed : failed);
   }
   std::printf("planned %d (banded %d, several images %d, several W tiles %d, several k-steps %d, gradients %d, "
-              "rows past the threads %d), refused %d\n",
-              planned, banded, multi_image, multi_w, multi_k, gradients, long_rows, refused);
+              "rows past the threads %d, non-finite inputs %d: %lld m-tiles window by window), refused %d\n",
+              planned, banded, multi_image, multi_w, multi_k, gradients, long_rows, non_finite,
+              static_cast<long long>(direct_tiles), refused);
   std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 && banded > 0 && multi_image > 0 && multi_w > 0 && multi_k > 0 && gradients > 0 && long_rows > 0 ? 0 : 1;
+  return failed == 0 && banded > 0 && multi_image > 0 && multi_w > 0 && multi_k > 0 && gradients > 0 && long_rows > 0 &&
+                 non_finite > 0 && direct_tiles > 0
+             ? 0
+             : 1;
 }
