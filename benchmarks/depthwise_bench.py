@@ -18,7 +18,7 @@ gradient whose kernels took 0.09 ms (ConvNeXt 56x56x96 bfloat16, H100,
 and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 (2 x multiply-adds of the forward, padding taps included).
 
-  python benchmarks/depthwise_bench.py --out DIR [--cases convnext,mbv2,replk]
+  python benchmarks/depthwise_bench.py --out DIR [--cases convnext,mbv2,effnet,replk]
       [--dtypes f32,bf16] [--ops fwd,dgrad,wgrad] [--deadline-s 170]
 
 Writes depthwise_bench.json under --out (with the JAX_IM2COL_NO_DW_* switches
@@ -81,6 +81,9 @@ LAYERS = (
     + [Layer("mbv2", 64, s, c, 3, st) for s, c, st in ((112, 32, 1), (112, 96, 2), (56, 144, 1), (56, 144, 2),
                                                        (28, 192, 1), (28, 192, 2), (14, 384, 1), (14, 576, 1),
                                                        (14, 576, 2), (7, 960, 1))]
+    # EfficientNet-B0's 5x5 layers.
+    + [Layer("effnet", 64, s, c, 5, st) for s, c, st in ((56, 144, 2), (28, 240, 1), (14, 480, 1), (14, 672, 1),
+                                                         (14, 672, 2), (7, 1152, 1))]
     + [Layer("replk", 16, s, c, k, 1) for s, c, k in ((56, 128, 31), (28, 256, 29), (14, 512, 27), (7, 1024, 13))])
 
 
@@ -134,7 +137,7 @@ def ideal(layer, dtype):
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--out", default=".")
-  parser.add_argument("--cases", default="convnext,mbv2,replk")
+  parser.add_argument("--cases", default="convnext,mbv2,effnet,replk")
   parser.add_argument("--dtypes", default="f32,bf16")
   parser.add_argument("--ops", default="fwd,dgrad,wgrad")
   parser.add_argument("--deadline-s", type=float, default=170)

@@ -26,17 +26,18 @@ size_t element_bytes(DataType t) {
   }
 }
 
-// The forward machinery on phases p: channels-last 3x3 windows streamed down
-// the rows where that pays, else the tiles where they fit, else one thread per output
-// element.
+// The forward machinery on phases p: channels-last 16-bit windows of 5 taps
+// or more along W at unit stride on the tensor cores, channels-last 3x3
+// windows streamed down the rows where that pays, else the tiles where they
+// fit, else one thread per output element.
 cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataType out, const DwPhases& p, int64_t n,
                        int64_t c, bool cl, cudaStream_t stream) {
   const size_t elem = element_bytes(in), out_elem = element_bytes(out);
   const size_t acc = in == DataType::F64 ? 8 : 4;
   const int32_t v = dw_vector(elem, true);
   DwMma mma;
-  if (cl && switch_on(Switch::kDwMma) && p.count == 1 && in == out && elem == 2 && plan_dw_mma(p.g[0], n, c, &mma) &&
-      aligned_to(x, 16) && aligned_to(y, 16))
+  if (cl && switch_on(Switch::kDwMma) && p.count == 1 && in == out && elem == 2 && dw_mma_pays(p.g[0]) &&
+      plan_dw_mma(p.g[0], n, c, &mma) && aligned_to(x, 16) && aligned_to(y, 16))
     return dw_forward_mma(in, x, w, y, p.g[0], mma, n, c, stream);
   DwStreamPlan s;
   if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) && dw_stream_pays(p.g[0], s) &&

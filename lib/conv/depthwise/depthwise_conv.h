@@ -55,12 +55,11 @@
 //   walking columns of a slice with the window and the 9 taps' sums in
 //   registers; the block's threads sum in shared memory in a fixed order.
 //   Its slices are fewer than the call's (the same workspace); pass 2 as above.
-//
-// Trial (common/switches.h, off unless JAX_IM2COL_TRY_DW_MMA=1): channels-last
-// 16-bit forwards and unit-stride input gradients on the tensor cores
-// (depthwise_mma.cuh: per-channel GEMMs of the output rows against Toeplitz
-// bands of the taps). Correct on the GPU, slower than the tiles on
-// ConvNeXt-T's layers (docs/optimization-log.md, step 120).
+// - Forward and unit-stride input gradient, channels-last 16-bit with
+//   windows of 5 taps or more along W at unit stride (depthwise_mma.cuh):
+//   for each channel, GEMMs of the output rows against Toeplitz bands of the
+//   taps on the tensor cores (mma.sync); m-tiles that meet an inf or NaN
+//   are recomputed window by window.
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
@@ -69,7 +68,8 @@
 // fetches (dw_plan_cost); JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
 // the tiles (every op); JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
 // filter gradients on the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
-// one-thread-per-element kernels everywhere (a reference on the GPU).
+// one-thread-per-element kernels everywhere (a reference on the GPU);
+// JAX_IM2COL_NO_DW_MMA=1 keeps 16-bit forwards off the tensor cores.
 #pragma once
 
 #include <cuda_runtime.h>
