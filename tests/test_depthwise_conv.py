@@ -300,8 +300,8 @@ def test_non_finite_oracle_agrees_with_lax():
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("dtype", [pytest.param(BF16, id="bfloat16"), pytest.param(F16, id="float16"),
                                    pytest.param(F32, id="float32")])
-@pytest.mark.parametrize("k,spatial", [(7, (14, 14)), (5, (28, 28)), (3, (20, 20)), (7, (1, 40))],
-                         ids=["7x7", "5x5", "3x3", "1x7-row"])
+@pytest.mark.parametrize("k,spatial", [(7, (14, 14)), (7, (28, 28)), (5, (20, 20)), (7, (1, 40))],
+                         ids=["7x7", "7x7-28", "5x5", "1x7-row"])
 def test_non_finite_inputs(platform, dtype, k, spatial):
   """An inf or NaN input reaches exactly the outputs whose windows hold it:
   the forward, and the input gradient of a cotangent holding them. The

@@ -26,7 +26,7 @@ size_t element_bytes(DataType t) {
   }
 }
 
-// The forward machinery on phases p: channels-last 16-bit windows of 5 taps
+// The forward machinery on phases p: channels-last 16-bit windows of 7 taps
 // or more along W at unit stride on the tensor cores, channels-last 3x3
 // windows streamed down the rows where that pays, else the tiles where they
 // fit, else one thread per output element.

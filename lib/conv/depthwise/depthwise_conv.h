@@ -56,7 +56,7 @@
 //   registers; the block's threads sum in shared memory in a fixed order.
 //   Its slices are fewer than the call's (the same workspace); pass 2 as above.
 // - Forward and unit-stride input gradient, channels-last 16-bit with
-//   windows of 5 taps or more along W at unit stride (depthwise_mma.cuh):
+//   windows of 7 taps or more along W at unit stride (depthwise_mma.cuh):
 //   for each channel, GEMMs of the output rows against Toeplitz bands of the
 //   taps on the tensor cores (mma.sync); m-tiles that meet an inf or NaN
 //   are recomputed window by window.

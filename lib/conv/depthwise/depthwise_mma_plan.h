@@ -135,12 +135,13 @@ inline bool plan_dw_mma(const DwGeom& g, int64_t n, int64_t C, DwMma* out, int64
 
 // Where the tensor-core forward is taken over the other kernels (measured on
 // an H200, bfloat16, batch 32-64; docs/optimization-log.md, step 121): unit
-// strides and dilations and windows of 5 taps or more along W. ConvNeXt-T's
-// 7x7 layers took 0.79-1.0x the tiles' time; MobileNetV2's 3x3 layers
-// 1.2-1.5x the streamed kernel's at stride 1 and 2.5-3.5x at stride 2, where
-// the band's zeros outnumber the taps.
+// strides and dilations and windows of 7 taps or more along W. ConvNeXt-T's
+// 7x7 layers took 0.79-1.0x the tiles' time; EfficientNet-B0's 5x5 layers
+// 0.98x on the 28² map but 1.07-1.10x on the 14² maps; MobileNetV2's 3x3
+// layers 1.2-1.5x the streamed kernel's at stride 1 and 2.5-3.5x at stride
+// 2, where the band's zeros outnumber the taps.
 inline bool dw_mma_pays(const DwGeom& g) {
-  return g.stride[1] == 1 && g.stride[2] == 1 && g.dil[1] == 1 && g.dil[2] == 1 && g.kernel[2] >= 5;
+  return g.stride[1] == 1 && g.stride[2] == 1 && g.dil[1] == 1 && g.dil[2] == 1 && g.kernel[2] >= 7;
 }
 
 // --- the warps' index maps (lane l of a warp; mma.sync m16n8k16 layouts) ---------
