@@ -177,8 +177,8 @@ __device__ __forceinline__ uint16_t dw_mma_bits(float v) {
 // Channel cl's outputs of m-tile mt, one lane's share, straight from the
 // staged input and taps over each output's own window: the path for m-tiles
 // whose products met an infinite or NaN input or tap, which B's zeros would
-// otherwise spread to outputs outside its window (0 x inf). Slow, and exact
-// to lax's semantics.
+// otherwise spread to outputs outside its window (0 x inf). Slow; each
+// output sums its own window's products, as the convolution is defined.
 template <typename T>
 __device__ __forceinline__ void dw_mma_direct(const uint16_t* tile, const uint16_t* taps, uint16_t* outs,
                                               const DwGeom& g, const DwMma& m, int32_t cl, int32_t mt, int32_t lane) {

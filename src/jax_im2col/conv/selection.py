@@ -254,8 +254,8 @@ def _direct_choice(p: ConvProblem) -> Choice:
 def _depthwise_choice(p: ConvProblem) -> Choice:
   """The depthwise kernels (lib/conv/depthwise/): tensor-core Toeplitz GEMMs,
   streamed 3x3 windows or register-blocked tiles for any window (the kernel
-  is picked in depthwise_conv.cu); the filter gradient in slices of rows whose partial sums are
-  added in order (depthwise_filter_plan)."""
+  is picked in depthwise_conv.cu); the filter gradient in slices of rows
+  whose partial sums are added in order (depthwise_filter_plan)."""
   why = ("depthwise kernel: 16-bit channels-last windows of 7+ taps along W at unit stride as Toeplitz GEMMs "
          "on the tensor cores, 3x3 windows streamed down the rows, else halo tiles in shared memory with a "
          "register ring along each row"
