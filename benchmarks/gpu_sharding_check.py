@@ -43,11 +43,13 @@ def main() -> int:
           ("depthwise_batch", by_data), ("spatial", by_model), ("spatial_stride_2", by_model),
           ("transposed_spatial", by_data), ("transposed_k2_spatial", by_model),
           ("conv3d_batch", by_data), ("batch_groups", by_data)]
+  if n >= 4:  # 2 batch groups over more devices than groups
+    plan += [("batch_groups_split", by_model)]
   if n >= 4 and n % 2 == 0:  # data x model: each case's axes split two ways at once
     grid = jax.make_mesh((2, n // 2), ("data", "model"), axis_types=auto, devices=devices)
     plan += [(name, grid) for name in ("batch_2d_mesh", "batch_and_output_features",
                                        "batch_and_input_features", "batch_and_spatial",
-                                       "depthwise_batch", "groups")]
+                                       "depthwise_batch", "groups", "batch_groups_2d_mesh")]
   failed = 0
   for algorithm in ("own", "auto"):
     with jax_im2col.force_algorithm(algorithm):

@@ -218,7 +218,18 @@ CASES = [
     # 2 groups cannot split over 4 devices; VALID windows do not line up.
     (Case("groups_split", x={"C": MODEL}, w={"O": MODEL}, groups=2), None),
     (Case("spatial_valid", x={"S": MODEL}, padding="VALID"), None),
-    (Case("batch_groups", x={"N": DATA}, o=16, batch_groups=2), None),
+    (Case("batch_groups", x={"N": DATA}, o=16, batch_groups=2),
+     {"forward": {}, "input_gradient": {}, "filter_gradient": {}}),
+    # The batch over more devices than batch groups (sharding/batch_groups.py):
+    # 2 groups over the 4-device axis (a group spans half of it), over both
+    # axes (the groups on "data", the images on "model"), and 4 groups over
+    # both axes (a group spans half of "model").
+    (Case("batch_groups_split", x={"N": MODEL}, n=16, o=16, batch_groups=2),
+     {"input_gradient": {}, "filter_gradient": {"all-gather": 1}}),
+    (Case("batch_groups_2d_mesh", x={"N": BOTH}, n=16, o=16, batch_groups=2),
+     {"forward": {}, "input_gradient": {}, "filter_gradient": {"all-gather": 1}}),
+    (Case("batch_groups_4_2d_mesh", x={"N": BOTH}, n=16, o=16, batch_groups=4),
+     {"input_gradient": {}}),
     (Case("conv3d_batch", x={"N": DATA}, nd=3, size=4, o=8),
      {"forward": {}, "input_gradient": {}, "filter_gradient": {"all-reduce": 1}}),
     (Case("conv1d_batch_features", x={"N": DATA}, w={"O": MODEL}, nd=1, size=16), None),

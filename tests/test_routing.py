@@ -103,6 +103,26 @@ def test_explain_on_the_cpu_and_its_reasons():
     j.explain(x, w, (1, 1), "SAME", dimension_numbers=NHWC, platform="tpu")
 
 
+@pytest.mark.parametrize("layout", ["cl", "cf"])
+def test_explain_batch_groups_as_the_stacked_feature_groups(layout):
+  """A batch-grouped convolution runs as the feature-grouped one on images
+  stacked into channels (conv/stacking.py): explain() says so, chunk and
+  workspace sizes included, which a plan of the unstacked shapes would get
+  wrong (twice the images, half the channels)."""
+  g, m, c, o = 2, 8, 16, 32
+  dn, x_shape, xs_shape, w_shape = {
+      "cl": (NHWC, (g * m, 28, 28, c), (m, 28, 28, g * c), (3, 3, c, o)),
+      "cf": (("NCHW", "OIHW", "NCHW"), (g * m, c, 28, 28), (m, g * c, 28, 28), (o, c, 3, 3)),
+  }[layout]
+  w = S(w_shape, jnp.float32)
+  with j.force_algorithm("auto"):
+    batch = j.explain(S(x_shape, jnp.float32), w, (1, 1), "SAME", dimension_numbers=dn,
+                      batch_group_count=g, platform="cuda")
+    stacked = j.explain(S(xs_shape, jnp.float32), w, (1, 1), "SAME", dimension_numbers=dn,
+                        feature_group_count=g, platform="cuda")
+  assert batch == stacked
+
+
 def test_select_is_a_pure_function_of_problem_and_device():
   """The same problem gives the same choice for the same device, and each
   device kind its own plan (the Hopper kernels pack small groups)."""

@@ -21,7 +21,6 @@ from ..common.config import get_algorithm, get_workspace_limit
 from ..common.geometry import (MAX_SPATIAL, Window, as_int_tuple, check_index_range,
                                check_lax_padding, resolve_padding, transposed_window)
 from . import primitives as P
-from .batching import images_into_channels
 
 _HIGHEST_NAMES = {"highest", "float32", "high", "bfloat16_3x"}
 _DEFAULT_NAMES = {"default", "fastest", "bfloat16", "tensorfloat32"}
@@ -101,7 +100,8 @@ def _convolve(x, w, spec, out_dtype, in_spatial):
   natively."""
   strided = transposed_window(spec.window)
   out_spatial = spec.window.output_spatial(in_spatial)
-  if strided is None or out_dtype != x.dtype or x.size == 0 or w.size == 0 or not all(out_spatial):
+  if (strided is None or out_dtype != x.dtype or x.size == 0 or w.size == 0
+      or not all(out_spatial) or spec.batch_groups > 1):
     return P.bind(P.conv_forward_p, x, w, spec=spec, out_dtype=out_dtype)
   return P.bind(P.conv_backward_data_p, x, _transposed_filter(w, spec.groups, spec.channels_last),
                 spec=dataclasses.replace(spec, window=strided), out_dtype=out_dtype,
@@ -196,9 +196,7 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
   lhs_perm, rhs_perm, out_perm = _layout_perms(lhs_spec, rhs_spec, out_spec, channels_last)
   x = _transpose(lhs, lhs_perm)
   w = _transpose(rhs, rhs_perm)
-  if batch_groups > 1:  # batch groups become feature groups over stacked channels
-    x = x.reshape((batch_groups, n // batch_groups, *x.shape[1:]))
-    x = images_into_channels(x, channels_last)
+  if batch_groups > 1:  # feature groups of stacked images (conv/stacking.py)
     groups = batch_groups
 
   out_dtype = np.dtype(lhs.dtype if preferred_element_type is None
@@ -213,7 +211,8 @@ def conv_general_dilated(lhs: ArrayLike, rhs: ArrayLike, window_strides: Sequenc
     x, w = x.astype(out_dtype), w.astype(out_dtype)  # e.g. float32 -> float64
 
   spec = P.ConvSpec(window=window, channels_last=channels_last, groups=groups, precision=level,
-                    workspace_limit=get_workspace_limit(), algorithm=get_algorithm())
+                    workspace_limit=get_workspace_limit(), algorithm=get_algorithm(),
+                    batch_groups=batch_groups)
   y = _convolve(x, w, spec, out_dtype, in_spatial)
   y = _transpose(y, out_perm)
   if out_sharding is not None:

@@ -5,17 +5,21 @@ A mapped axis that touches only images folds into N. Once the filter is
 mapped (per-example weights, or a filter gradient of mapped operands), the
 mapped axis B folds into the groups instead: images (B, N, C, ...) become
 (N, B*C, ...), filters (B, O, ...) become (B*O, ...) and groups G become
-B*G, so the work stays one call of B*G grouped convolutions.
+B*G, so the work stays one call of B*G grouped convolutions. A batch-grouped
+call is stacked into feature groups first (stacking.py).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax.interpreters import batching
 
-from .primitives import (bind_varying, conv_backward_data_p, conv_backward_filter_p,
+from .primitives import (OPS, bind_varying, conv_backward_data_p, conv_backward_filter_p,
                          conv_forward_p)
+from .stacking import bind_stacked, images_from_channels, images_into_channels
 
 
 def _to_front(v, d):
@@ -27,25 +31,6 @@ def _images_into_n(v):
   return v.reshape((b * n, *v.shape[2:]))
 
 
-def images_into_channels(v, cl):
-  """(B, N, ...) -> (N, ..., B*C) on the channel axis."""
-  b, n = v.shape[:2]
-  if cl:
-    v = jnp.moveaxis(v, 0, -2)  # (N, *S, B, C)
-    return v.reshape((*v.shape[:-2], b * v.shape[-1]))
-  v = jnp.moveaxis(v, 0, 1)  # (N, B, C, *S)
-  return v.reshape((n, b * v.shape[2], *v.shape[3:]))
-
-
-def images_from_channels(v, b, cl):
-  """(N, ..., B*C) -> (B, N, ..., C)."""
-  if cl:
-    v = v.reshape((*v.shape[:-1], b, v.shape[-1] // b))
-    return jnp.moveaxis(v, -2, 0)
-  v = v.reshape((v.shape[0], b, v.shape[1] // b, *v.shape[2:]))
-  return jnp.moveaxis(v, 1, 0)
-
-
 def _broadcast(v, b):
   return jnp.broadcast_to(v, (b, *v.shape))
 
@@ -55,6 +40,11 @@ def _batch_rule(prim):
                  conv_backward_filter_p: ("image", "image")}[prim]
 
   def rule(args, dims, *, spec, out_dtype, **extra):
+    if spec.batch_groups > 1:  # stacked, each mapped slice alike
+      def one(u, v):
+        return bind_stacked(OPS[prim], functools.partial(bind_varying, prim), u, v, spec=spec,
+                            out_dtype=out_dtype, **extra)
+      return jax.vmap(one, in_axes=tuple(dims))(*args), 0
     b = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     if b == 0:
       unmapped = [jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1:],

@@ -39,13 +39,17 @@ FORWARD, INPUT_GRADIENT, FILTER_GRADIENT = "forward", "input_gradient", "filter_
 class ConvSpec:
   """What a convolution primitive carries besides its operands (hashable: a
   primitive param). algorithm: the user's setting at trace time ("auto",
-  "own" or a name; common/config.py)."""
+  "own" or a name; common/config.py). batch_groups: 1, or lax's
+  batch_group_count, equal to `groups`: then the image operand (x, dx) comes
+  unstacked, G*M images of C channels, and the op is the grouped one on the
+  stacked (M, G*C) images (stacking.py)."""
   window: Window
   channels_last: bool
   groups: int
   precision: int
   workspace_limit: int
   algorithm: str = "auto"
+  batch_groups: int = 1
 
   def with_groups(self, groups: int) -> "ConvSpec":
     return dataclasses.replace(self, groups=groups)
@@ -114,18 +118,19 @@ def _filter_in_channels(w_shape, spec):
 def forward_shape(x_shape, w_shape, spec):
   cl = spec.channels_last
   out = spec.window.output_spatial(columns.image_spatial(x_shape, cl))
-  return columns.image_shape(x_shape[0], w_shape[0], out, cl)
+  return columns.image_shape(x_shape[0] // spec.batch_groups, w_shape[0], out, cl)
 
 
 def backward_data_shape(dy_shape, w_shape, spec, in_spatial):
-  c = _filter_in_channels(w_shape, spec) * spec.groups
-  return columns.image_shape(dy_shape[0], c, in_spatial, spec.channels_last)
+  bg = spec.batch_groups
+  c = _filter_in_channels(w_shape, spec) * (spec.groups // bg)
+  return columns.image_shape(dy_shape[0] * bg, c, in_spatial, spec.channels_last)
 
 
 def backward_filter_shape(dy_shape, x_shape, spec):
   cl = spec.channels_last
   o = columns.image_channels(dy_shape, cl)
-  cg = columns.image_channels(x_shape, cl) // spec.groups
+  cg = columns.image_channels(x_shape, cl) * spec.batch_groups // spec.groups
   return filter_shape(o, cg, spec)
 
 
@@ -203,12 +208,17 @@ def _register_partitioning():
   from jax.interpreters import mlir
 
   from ..sharding.conv import ConvRules
+  from .stacking import bind_stacked
   inner = {conv_forward_p.name: conv_forward_shard_p,
            conv_backward_data_p.name: conv_backward_data_shard_p,
            conv_backward_filter_p.name: conv_backward_filter_shard_p}
   rules = ConvRules(inner)
-  for outer in OPS:
-    rule = partitioned.partitioned_lowering(outer, inner[outer.name], rules)
+  for outer, op in OPS.items():
+    shard = inner[outer.name]
+    # One shard's op: batch groups are stacked just before the kernel.
+    bind_shard = lambda a, b, *, op=op, shard=shard, **params: bind_stacked(
+        op, shard.bind, a, b, **params)
+    rule = partitioned.partitioned_lowering(outer, bind_shard, rules)
     for platform in ("cpu", "cuda"):
       mlir.register_lowering(outer, rule, platform=platform)
 

@@ -405,14 +405,17 @@ def select(p: ConvProblem, device: DeviceCaps) -> Choice:
 
 def problem_of(op: str, spec: ConvSpec, avals_in, aval_out) -> ConvProblem:
   """The ConvProblem of a primitive's operands and result: forward (x, w) ->
-  y, input gradient (dy, w) -> dx, filter gradient (dy, x) -> dw."""
-  cl = spec.channels_last
+  y, input gradient (dy, w) -> dx, filter gradient (dy, x) -> dw. A
+  batch-grouped op's is that of the grouped op on stacked images
+  (conv/stacking.py), which its lowering runs."""
+  cl, bg = spec.channels_last, spec.batch_groups
   if op == FORWARD:
     x, y = avals_in[0], aval_out
   elif op == INPUT_GRADIENT:
     x, y = aval_out, avals_in[0]
   else:
     x, y = avals_in[1], avals_in[0]
-  return ConvProblem(op, spec, np.dtype(avals_in[0].dtype), np.dtype(aval_out.dtype), x.shape[0],
-                     image_channels(x.shape, cl), image_channels(y.shape, cl),
+  return ConvProblem(op, dataclasses.replace(spec, batch_groups=1), np.dtype(avals_in[0].dtype),
+                     np.dtype(aval_out.dtype), x.shape[0] // bg, image_channels(x.shape, cl) * bg,
+                     image_channels(y.shape, cl),
                      tuple(image_spatial(x.shape, cl)), tuple(image_spatial(y.shape, cl)))

@@ -110,6 +110,9 @@ class ColumnsRules:
       return inner.bind(v, **params)
     return Plan((cols_spec,), image_spec, per_shard)
 
+  def reads_sub_axes(self, call: Call) -> bool:
+    return False
+
   def user_spec(self, call: Call, result: Shape, spec) -> tuple:
     """The batch and the channels of a user's sharding of the result (the
     columns' rows only where they carry channels)."""

@@ -35,7 +35,8 @@ from ..conv.primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_ba
                                conv_backward_filter_p, conv_forward_p)
 from .all_reduce import all_reduce_sum
 from .halo import exchange, plan_halo
-from .partitioned import Call, Plan, Shape, axes_size
+from . import batch_groups
+from .partitioned import Call, Plan, Shape, axes_size, first_appearance
 
 _OPS = {conv_forward_p.name: FORWARD, conv_backward_data_p.name: INPUT_GRADIENT,
         conv_backward_filter_p.name: FILTER_GRADIENT}
@@ -176,6 +177,9 @@ class ConvRules:
     params = call.kwargs
     spec = params["spec"]
     shapes = _shapes(op, operands, result)
+    if spec.batch_groups > 1:
+      return batch_groups.plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape,
+                               self.inner[call.prim].bind)
     chosen = choose(op, spec, shapes, operand_specs, result_spec, mesh_shape)
     roles_in, role_out = _ROLES[op]
     _, contracted = _factors(op, spec, shapes)
@@ -202,6 +206,11 @@ class ConvRules:
 
     return Plan(in_specs, out_spec, per_shard)
 
+  def reads_sub_axes(self, call: Call) -> bool:
+    # Batch groups only: feature groups split over part of an axis keep
+    # falling back to replicated, which costs XLA no more gathers than lax.
+    return call.kwargs["spec"].batch_groups > 1
+
   def user_spec(self, call: Call, result: Shape, spec) -> tuple:
     """A result sharding the plan can produce, from a user's: the kernel
     dimensions of a filter and invalid channel splits are dropped."""
@@ -223,6 +232,8 @@ class ConvRules:
     roles_in, role_out = _ROLES[op]
     shapes = dict(zip(roles_in, operand_shapes))
     shapes[role_out] = result_shape
+    if spec.batch_groups > 1:
+      return batch_groups.sdy_rule(op, spec, shapes)
     return sdy_rule(op, spec, shapes)
 
 
@@ -278,7 +289,7 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
     reduce.insert(0, "n")
   operands = tuple(ArrayMapping(*dims[r]) for r in roles_in)
   results = (ArrayMapping(*dims[role_out]),)
-  order, whole = _first_appearance(operands + results)
+  order, whole = first_appearance(operands + results)
   key = lambda f: order.index(f)
   sizes = {f: known[f] for f in order if f not in whole}
   return SdyShardingRule(operands, results,
@@ -286,17 +297,3 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
                          need_replication_factors=tuple(sorted(set(replicate), key=key)),
                          permutation_factors=tuple(sorted(set(permute), key=key)),
                          **sizes)
-
-
-def _first_appearance(mappings):
-  """The factors in order of first appearance, and those that are a whole
-  dimension somewhere (the others need their sizes given)."""
-  order, whole = [], set()
-  for m in mappings:
-    for d in m:
-      if not isinstance(d, CompoundFactor):
-        whole.add(d)
-      for f in (d if isinstance(d, CompoundFactor) else (d,)):
-        if f not in order:
-          order.append(f)
-  return order, whole

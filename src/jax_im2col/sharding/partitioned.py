@@ -39,7 +39,7 @@ import pathlib
 from typing import Callable, NamedTuple, Protocol, Sequence
 
 import jax
-from jax.experimental.custom_partitioning import custom_partitioning
+from jax.experimental.custom_partitioning import CompoundFactor, custom_partitioning
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -53,12 +53,21 @@ def spec_of(sharding, ndim: int, mesh=None) -> Spec:
   """A sharding as one tuple of mesh axis names per dimension. One that is
   no tiling by whole axes of the mesh reads as replicated: asking for
   replicated operands is always correct."""
+  spec = _read_spec(sharding, ndim, mesh)
+  return spec if spec is not None else ((),) * ndim
+
+
+def _read_spec(sharding, ndim: int, mesh):
+  """spec_of, or None for a sharding that is no tiling by whole axes of mesh."""
   if isinstance(sharding, NamedSharding):
     entries = tuple(sharding.spec)
   elif mesh is None or sharding is None:
     entries = ()
   else:
-    entries = tuple(jax_internals.partition_spec_of(sharding, mesh, ndim) or ())
+    entries = jax_internals.partition_spec_of(sharding, mesh, ndim)
+    if entries is None:
+      return None
+    entries = tuple(entries)
   entries += (None,) * (ndim - len(entries))
   out = []
   for e in entries[:ndim]:
@@ -69,6 +78,52 @@ def spec_of(sharding, ndim: int, mesh=None) -> Spec:
     else:
       out.append(tuple(e))
   return tuple(out)
+
+
+def _prime_factors(n: int) -> list:
+  out, f = [], 2
+  while n > 1:
+    while n % f == 0:
+      out.append(f)
+      n //= f
+    f += 1
+  return out
+
+
+@functools.lru_cache(maxsize=None)
+def refined(mesh):
+  """`mesh` with each axis split into its prime factors, major first: axis
+  "a" of 4 devices becomes "a#0" and "a#1" of 2. A sharding over part of an
+  axis (Shardy makes them, e.g. 2 groups on a 4-device axis) is a tiling by
+  whole axes of this mesh."""
+  names, sizes, types = [], [], []
+  axis_types = getattr(mesh, "axis_types", None) or (None,) * len(mesh.axis_names)
+  for name, size, kind in zip(mesh.axis_names, mesh.devices.shape, axis_types):
+    factors = _prime_factors(size) or [1]
+    if len(factors) == 1:
+      names.append(name)
+    else:
+      names += [f"{name}#{i}" for i in range(len(factors))]
+    sizes += factors
+    types += [kind] * len(factors)
+  devices = mesh.devices.reshape(sizes)
+  if any(t is None for t in types):
+    return jax.sharding.Mesh(devices, tuple(names))
+  return jax.sharding.Mesh(devices, tuple(names), axis_types=tuple(types))
+
+
+def read_specs(mesh, shardings, ndims, sub_axes: bool = True):
+  """The mesh to plan on and each sharding's Spec on it: `mesh`, or where a
+  sharding is no tiling by its whole axes but is one of refined(mesh) (and
+  `sub_axes`), that one (whole axes read the same on it, as tuples of their
+  parts)."""
+  specs = [_read_spec(s, n, mesh) for s, n in zip(shardings, ndims)]
+  if sub_axes and any(s is None for s in specs):
+    fine = refined(mesh)
+    fine_specs = [_read_spec(s, n, fine) for s, n in zip(shardings, ndims)]
+    if all(s is not None for s in fine_specs):
+      return fine, fine_specs
+  return mesh, [s if s is not None else ((),) * n for s, n in zip(specs, ndims)]
 
 
 def named(mesh, spec: Spec) -> NamedSharding:
@@ -112,6 +167,9 @@ class Rules(Protocol):
 
   def user_spec(self, call: Call, result_shape, spec: Spec) -> Spec: ...
 
+  def reads_sub_axes(self, call: Call) -> bool:
+    """Whether the call is planned on refined(mesh) where its shardings need it."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
@@ -132,30 +190,35 @@ def _shape(s) -> Shape:
   return Shape(tuple(s.shape), s.dtype)
 
 
-def _plan(call, arg_shapes, result_shape, use_result: bool, mesh) -> Plan:
+def _plan(call, arg_shapes, result_shape, use_result: bool, mesh):
+  """The mesh the call is planned on (read_specs) and its Plan."""
   rules = _RULES[call.prim]
-  specs = [spec_of(a.sharding, len(a.shape), mesh) for a in arg_shapes]
-  result_spec = (spec_of(result_shape.sharding, len(result_shape.shape), mesh) if use_result
-                 else None)
-  return rules.plan(call, [_shape(a) for a in arg_shapes], _shape(result_shape), specs,
-                    result_spec, dict(mesh.shape))
+  shaped = list(arg_shapes) + ([result_shape] if use_result else [])
+  mesh, specs = read_specs(mesh, [a.sharding for a in shaped], [len(a.shape) for a in shaped],
+                           rules.reads_sub_axes(call))
+  result_spec = specs.pop() if use_result else None
+  return mesh, rules.plan(call, [_shape(a) for a in arg_shapes], _shape(result_shape), specs,
+                          result_spec, dict(mesh.shape))
 
 
 # --- custom_partitioning's callbacks (module level: stable identity) -----------
 
 def _partition(call, mesh, arg_shapes, result_shape):
-  plan = _plan(call, arg_shapes, result_shape, True, mesh)
+  mesh, plan = _plan(call, arg_shapes, result_shape, True, mesh)
   return (mesh, plan.per_shard, named(mesh, plan.result_spec),
           tuple(named(mesh, s) for s in plan.operand_specs))
 
 
 def _infer_sharding_from_operands(call, mesh, arg_shapes, result_shape):
-  return named(mesh, _plan(call, arg_shapes, result_shape, False, mesh).result_spec)
+  mesh, plan = _plan(call, arg_shapes, result_shape, False, mesh)
+  return named(mesh, plan.result_spec)
 
 
 def _propagate_user_sharding(call, mesh, user_shape):
-  spec = spec_of(user_shape.sharding, len(user_shape.shape), mesh)
-  return named(mesh, _RULES[call.prim].user_spec(call, _shape(user_shape), spec))
+  rules = _RULES[call.prim]
+  mesh, (spec,) = read_specs(mesh, [user_shape.sharding], [len(user_shape.shape)],
+                             rules.reads_sub_axes(call))
+  return named(mesh, rules.user_spec(call, _shape(user_shape), spec))
 
 
 def _sharding_rule(call, mesh, operand_types, result_types):
@@ -165,7 +228,7 @@ def _sharding_rule(call, mesh, operand_types, result_types):
 
 
 def _body(call, *operands):
-  return _INNER[call.prim].bind(*operands, **call.kwargs)
+  return _INNER[call.prim](*operands, **call.kwargs)
 
 
 _partitioned = custom_partitioning(_body, static_argnums=(0,))
@@ -220,17 +283,18 @@ def _flat(values):
 
 def partitioned_lowering(prim, inner, rules: Rules):
   """Registers `rules` for `prim` and returns its lowering rule (for every
-  platform): one custom_partitioning call of `inner` where the computation is
-  partitioned, else `inner` itself."""
+  platform): one custom_partitioning call of `inner` (P_shard, or a function
+  binding it as P_shard.bind does) where the computation is partitioned,
+  else `inner` itself."""
   _RULES[prim.name] = rules
-  _INNER[prim.name] = inner
+  _INNER[prim.name] = inner = getattr(inner, "bind", inner)
   jax_internals.require_devices_during_lowering(prim)
 
   @empty_safe
   def rule(ctx, *args, **params):
     mesh = jax_internals.partitioning_mesh(ctx)
     if mesh is None:
-      outs = mlir.lower_fun(lambda *v: inner.bind(*v, **params), multiple_results=False)(
+      outs = mlir.lower_fun(lambda *v: inner(*v, **params), multiple_results=False)(
           ctx, *args)
     else:
       call = Call(prim.name, tuple(sorted(params.items())))
@@ -270,3 +334,17 @@ def like_primal(ct, primal_aval):
       or not jax_internals.explicit_axes(jax_internals.aval_mesh(primal_aval))):
     return ct
   return jax.sharding.reshard(ct, want.spec)
+
+
+def first_appearance(mappings):
+  """The factors in order of first appearance, and those that are a whole
+  dimension somewhere (the others need their sizes given)."""
+  order, whole = [], set()
+  for m in mappings:
+    for d in m:
+      if not isinstance(d, CompoundFactor):
+        whole.add(d)
+      for f in (d if isinstance(d, CompoundFactor) else (d,)):
+        if f not in order:
+          order.append(f)
+  return order, whole
