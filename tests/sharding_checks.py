@@ -366,10 +366,45 @@ def test_explicit_axes(layout):
 
 
 @pytest.mark.parametrize("layout", ["cl", "cf"])
-def test_shard_map_sums_a_replicated_filters_gradient(layout):
+@pytest.mark.parametrize("name", ["batch_groups", "batch_groups_split", "batch_groups_2d_mesh"])
+def test_explicit_axes_batch_groups(name, layout):
+  """Batch groups with Explicit mesh axes, where lax's own transpose raises
+  (its regrouping reshape has no sharding type): the types of the result and
+  of both gradients, and values against the unsharded float64 result."""
+  mesh = _mesh(AxisType.Explicit)
+  case = dict((c.name, c) for c, _ in CASES)[name]
+  x, w, dn = operands(case, layout)
+  axes = case.x["N"]
+  images = {"batch_groups": (), "batch_groups_split": (), "batch_groups_2d_mesh": ("model",)}[name]
+  features = {"batch_groups": ("data",), "batch_groups_split": (),
+              "batch_groups_2d_mesh": ("data",)}[name]
+  f = conv_fn(j.conv_general_dilated, case, dn)
+  ref = conv_fn(lax.conv_general_dilated, case, dn)
+  with jax.set_mesh(mesh):
+    xd, wd = jax.device_put(x, _spec(dn[0], case.x)), jax.device_put(w, P())
+    y = jax.jit(f).trace(xd, wd).out_info
+    want_y = _spec(dn[2], {"N": images[0] if images else None,
+                           "C": features[0] if features else None})
+    assert _specs_equal(y.sharding, NamedSharding(mesh, want_y), len(y.shape)), (y, axes)
+    grad = jax.jit(jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), (0, 1)))
+    types = grad.trace(xd, wd).out_info
+    assert [_specs_equal(t.sharding, a.sharding, a.ndim) for t, a in zip(types, (xd, wd))] == [
+        True, True], types
+    got = grad(xd, wd)
+  want = jax.grad(lambda x, w: jnp.sum(ref(x, w) ** 2), (0, 1))(x, w)
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(xd, wd)), np.asarray(ref(x, w)), rtol=1e-9,
+                             atol=1e-9)
+  for g, v in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(v), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("layout", ["cl", "cf"])
+@pytest.mark.parametrize("batch_groups", [1, 2])
+def test_shard_map_sums_a_replicated_filters_gradient(layout, batch_groups):
   """Inside shard_map the filter is replicated and the images split: the
-  filter's gradient is summed over the shards, as lax's is."""
-  case = Case("batch", x={"N": BOTH})
+  filter's gradient is summed over the shards, as lax's is (with batch
+  groups, each shard's images grouped on their own, as lax groups them)."""
+  case = Case("batch", x={"N": BOTH}, n=16, batch_groups=batch_groups)
   x, w, dn = operands(case, layout)
   grads = []
   for conv in (lax.conv_general_dilated, j.conv_general_dilated):
@@ -377,7 +412,9 @@ def test_shard_map_sums_a_replicated_filters_gradient(layout):
     loss = lambda w, x, f=f: jnp.sum(f(x, w) ** 2)
     grads.append(jax.shard_map(jax.grad(loss), mesh=MESH, in_specs=(P(), P(BOTH)),
                                out_specs=P()))
-  want = jax.grad(lambda w: jnp.sum(conv_fn(lax.conv_general_dilated, case, dn)(x, w) ** 2))(w)
+  want = jax.jit(grads[0])(w, x)
+  if batch_groups == 1:
+    want = jax.grad(lambda w: jnp.sum(conv_fn(lax.conv_general_dilated, case, dn)(x, w) ** 2))(w)
   for g in grads:
     np.testing.assert_allclose(np.asarray(jax.jit(g)(w, x)), want, rtol=1e-9, atol=1e-9)
   _check_programs(grads, (w, x), (w, x), f"shard_map {layout}", exact={"all-reduce": 1})

@@ -22,6 +22,7 @@ from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, PRECISION_HIG
                          conv_backward_data_shard_p, conv_backward_filter_shard_p,
                          conv_forward_shard_p, filter_shape)
 from .selection import problem_of, select
+from .stacking import stacking_lowering
 
 
 def _dot_precision(spec):
@@ -229,4 +230,5 @@ for _prim, _op, _fn, _xla in (
     (conv_backward_data_shard_p, INPUT_GRADIENT, _backward_data_cpu, xla_conv.input_gradient),
     (conv_backward_filter_shard_p, FILTER_GRADIENT, _backward_filter_cpu,
      xla_conv.filter_gradient)):
-  mlir.register_lowering(_prim, _lowering(_op, _fn, _xla), platform="cpu")
+  mlir.register_lowering(_prim, stacking_lowering(_op, _prim, _lowering(_op, _fn, _xla)),
+                         platform="cpu")

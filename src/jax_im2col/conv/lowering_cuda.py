@@ -15,6 +15,7 @@ from . import xla_conv
 from .primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_backward_data_shard_p,
                          conv_backward_filter_shard_p, conv_forward_shard_p)
 from .selection import problem_of, select
+from .stacking import stacking_lowering
 
 _TARGETS = {FORWARD: ffi.CONV_FORWARD, INPUT_GRADIENT: ffi.CONV_BACKWARD_DATA,
             FILTER_GRADIENT: ffi.CONV_BACKWARD_FILTER}
@@ -47,4 +48,4 @@ def _lowering(op):
 
 for _prim, _op in ((conv_forward_shard_p, FORWARD), (conv_backward_data_shard_p, INPUT_GRADIENT),
                    (conv_backward_filter_shard_p, FILTER_GRADIENT)):
-  mlir.register_lowering(_prim, _lowering(_op), platform="cuda")
+  mlir.register_lowering(_prim, stacking_lowering(_op, _prim, _lowering(_op)), platform="cuda")

@@ -208,17 +208,12 @@ def _register_partitioning():
   from jax.interpreters import mlir
 
   from ..sharding.conv import ConvRules
-  from .stacking import bind_stacked
   inner = {conv_forward_p.name: conv_forward_shard_p,
            conv_backward_data_p.name: conv_backward_data_shard_p,
            conv_backward_filter_p.name: conv_backward_filter_shard_p}
   rules = ConvRules(inner)
-  for outer, op in OPS.items():
-    shard = inner[outer.name]
-    # One shard's op: batch groups are stacked just before the kernel.
-    bind_shard = lambda a, b, *, op=op, shard=shard, **params: bind_stacked(
-        op, shard.bind, a, b, **params)
-    rule = partitioned.partitioned_lowering(outer, bind_shard, rules)
+  for outer in OPS:
+    rule = partitioned.partitioned_lowering(outer, inner[outer.name], rules)
     for platform in ("cpu", "cuda"):
       mlir.register_lowering(outer, rule, platform=platform)
 

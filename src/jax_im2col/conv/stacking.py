@@ -6,8 +6,9 @@ group-major, into G groups of M images, and group g's images meet only the
 filters of output-feature group g. Stacking the groups into the channels,
 (G*M, C, *S) -> (M, G*C, *S), makes it a convolution of G feature groups.
 The primitives take the image unstacked (``ConvSpec.batch_groups``), so that
-the batch keeps its sharding on a mesh (sharding/batch_groups.py); each
-shard stacks what it holds just before its kernel (``bind_stacked``).
+the batch keeps its sharding on a mesh (sharding/batch_groups.py); the
+per-shard primitives' lowerings stack what a shard holds just before its
+kernel (``stacking_lowering``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+from jax.interpreters import mlir
 
 from .primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT
 
@@ -65,3 +67,14 @@ def bind_stacked(op: str, bind, a, b, *, spec, **params):
   assert op == FILTER_GRADIENT, op
   return bind(a, stack_groups(b, g, cl), spec=flat, **params)
 
+
+
+def stacking_lowering(op: str, prim, rule):
+  """`rule`, a platform lowering of the per-shard primitive `prim`, for
+  batch-grouped calls too: those lower as the grouped op on stacked images."""
+  def lowering(ctx, a, b, *, spec, **params):
+    if spec.batch_groups == 1:
+      return rule(ctx, a, b, spec=spec, **params)
+    stacked = lambda u, v: bind_stacked(op, prim.bind, u, v, spec=spec, **params)
+    return mlir.lower_fun(stacked, multiple_results=False)(ctx, a, b)
+  return lowering

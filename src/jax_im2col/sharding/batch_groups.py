@@ -35,7 +35,6 @@ from jax import lax
 from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule
 
 from ..conv.primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT
-from ..conv.stacking import bind_stacked
 from .partitioned import Plan, axes_size, first_appearance
 
 _ROLES = {FORWARD: (("x", "w"), "y"), INPUT_GRADIENT: (("y", "w"), "x"),
@@ -108,7 +107,7 @@ def plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape, inner
     local = dataclasses.replace(spec, groups=g // p, batch_groups=g // p)
 
     def per_shard(a, b):
-      return bind_stacked(op, inner, a, b, spec=local, **extra)
+      return inner(a, b, spec=local, **extra)
     return Plan(tuple(by_role[r] for r in roles_in), by_role[role_out], per_shard)
   if op == FILTER_GRADIENT:  # each shard's part of its group's filter gradient, gathered
     by_role["w"] = tuple(() for _ in shapes["w"])

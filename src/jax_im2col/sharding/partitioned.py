@@ -228,7 +228,7 @@ def _sharding_rule(call, mesh, operand_types, result_types):
 
 
 def _body(call, *operands):
-  return _INNER[call.prim](*operands, **call.kwargs)
+  return _INNER[call.prim].bind(*operands, **call.kwargs)
 
 
 _partitioned = custom_partitioning(_body, static_argnums=(0,))
@@ -283,18 +283,17 @@ def _flat(values):
 
 def partitioned_lowering(prim, inner, rules: Rules):
   """Registers `rules` for `prim` and returns its lowering rule (for every
-  platform): one custom_partitioning call of `inner` (P_shard, or a function
-  binding it as P_shard.bind does) where the computation is partitioned,
-  else `inner` itself."""
+  platform): one custom_partitioning call of `inner` where the computation is
+  partitioned, else `inner` itself."""
   _RULES[prim.name] = rules
-  _INNER[prim.name] = inner = getattr(inner, "bind", inner)
+  _INNER[prim.name] = inner
   jax_internals.require_devices_during_lowering(prim)
 
   @empty_safe
   def rule(ctx, *args, **params):
     mesh = jax_internals.partitioning_mesh(ctx)
     if mesh is None:
-      outs = mlir.lower_fun(lambda *v: inner(*v, **params), multiple_results=False)(
+      outs = mlir.lower_fun(lambda *v: inner.bind(*v, **params), multiple_results=False)(
           ctx, *args)
     else:
       call = Call(prim.name, tuple(sorted(params.items())))
