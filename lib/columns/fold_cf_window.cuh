@@ -150,13 +150,19 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
     // Offsets within the (n, c) block fit 32 bits (the plan).
     const TC* base = cols + n * lay.image_stride + static_cast<int64_t>(c) * block;
     keep_in_register(base);  // a wide multiply-add a load from here, not a 64-bit index sum
+    // A tap's E entries are consecutive (last[e][j] == last[0][j] + e): one
+    // address a tap, the loads of its E entries at immediate offsets from it
+    // (computing each under its own predicate took four more instructions a
+    // load, an LDC of the row stride among them).
     TC v[E][K];
 #pragma unroll
-    for (int k = 0; k < K; ++k)
+    for (int k = 0; k < K; ++k) {
+      const TC* tap = base + (k * row_stride + outer[k / T] + last[0][k % T]);
+      keep_in_register(tap);  // one address, not one under each load's predicate
 #pragma unroll
       for (int e = 0; e < E; ++e)
-        v[e][k] = outer_ok[k / T] && last_ok[e][k % T] ? __ldg(base + (k * row_stride + outer[k / T] + last[e][k % T]))
-                                                        : negative_zero<TC>();
+        v[e][k] = outer_ok[k / T] && last_ok[e][k % T] ? __ldg(tap + e) : negative_zero<TC>();
+    }
     // Planes of x are whole lines: (n, c, line within the plane) is line.
     TX* xr = x_images + static_cast<int64_t>(line) * width + w0;
     const bool whole = w0 + E <= width;
