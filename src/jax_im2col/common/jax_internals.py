@@ -22,7 +22,8 @@ change; each function says what it stands in for.
   axes. custom_partitioning's own decoding (``decode_shardings=True``) raises
   inside XLA's partitioner on a sharding over part of a mesh axis (which
   Shardy creates, e.g. for 2 groups on a 4-device axis); this one reads such
-  a sharding as replicated, which is always correct.
+  a sharding on the mesh of prime axes (``partitioned.refined``) where the
+  op's rules plan on it, and as replicated elsewhere, which is always correct.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def split(axes, groups: int, n: int, mesh_shape) -> GroupSplit:
   return GroupSplit("gather", axes)
 
 
-def _batch_axes(op, shapes, specs, result_spec, groups, channel, mesh_shape):
+def _batch_axes(op, specs, result_spec, groups, channel, mesh_shape):
   """x's batch axes: x's own, or (input gradient) those dy's features and
   images imply, else the result's proposal."""
   if op != INPUT_GRADIENT:
@@ -79,7 +79,8 @@ def _batch_axes(op, shapes, specs, result_spec, groups, channel, mesh_shape):
   return result_spec[0] if result_spec is not None else ()
 
 
-def role_specs(how: GroupSplit, shapes, channel) -> dict:
+def _role_specs(how: GroupSplit, shapes, channel) -> dict:
+  """Each role's Spec under the plan `how` (roles x, w, y)."""
   out = {r: [()] * len(s) for r, s in shapes.items()}
   if how.mode in ("whole", "named"):
     out["x"][0] = how.axes
@@ -97,9 +98,9 @@ def plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape, inner
   cl, g = spec.channels_last, spec.batch_groups
   channel = spec.window.nd + 1 if cl else 1
   specs = dict(zip(roles_in, operand_specs))
-  axes = _batch_axes(op, shapes, specs, result_spec, g, channel, mesh_shape)
+  axes = _batch_axes(op, specs, result_spec, g, channel, mesh_shape)
   how = split(axes, g, shapes["x"][0], mesh_shape)
-  by_role = role_specs(how, shapes, channel)
+  by_role = _role_specs(how, shapes, channel)
   extra = {k: v for k, v in params.items() if k != "spec"}
   p = axes_size(mesh_shape, how.axes)
 
