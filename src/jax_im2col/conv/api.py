@@ -97,7 +97,8 @@ def _convolve(x, w, spec, out_dtype, in_spatial):
   (transposed_window), so that neither it nor its gradients multiply the
   zeros lhs dilation inserts; except where the result is wider than the
   operands (half types to float32), which only the forward produces
-  natively."""
+  natively, and for batch groups (the input gradient's image is its result,
+  not its operand)."""
   strided = transposed_window(spec.window)
   out_spatial = spec.window.output_spatial(in_spatial)
   if (strided is None or out_dtype != x.dtype or x.size == 0 or w.size == 0

@@ -68,7 +68,6 @@ def bind_stacked(op: str, bind, a, b, *, spec, **params):
   return bind(a, stack_groups(b, g, cl), spec=flat, **params)
 
 
-
 def stacking_lowering(op: str, prim, rule):
   """`rule`, a platform lowering of the per-shard primitive `prim`, for
   batch-grouped calls too: those lower as the grouped op on stacked images."""
