@@ -42,7 +42,8 @@ def main() -> int:
           ("batch_and_output_features", by_model), ("groups", by_model),
           ("depthwise_batch", by_data), ("spatial", by_model), ("spatial_stride_2", by_model),
           ("transposed_spatial", by_data), ("transposed_k2_spatial", by_model),
-          ("conv3d_batch", by_data), ("batch_groups", by_data)]
+          ("conv3d_batch", by_data), ("batch_groups", by_data),
+          ("batch_groups_spatial", by_model), ("batch_groups_input_features", by_model)]
   if n >= 4:  # 2 batch groups over more devices than groups
     plan += [("batch_groups_split", by_model)]
   if n >= 4 and n % 2 == 0:  # data x model: each case's axes split two ways at once

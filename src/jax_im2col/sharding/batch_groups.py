@@ -22,9 +22,12 @@ group's filter gradient (one all-gather of p filter groups) and sums the
 parts, into a replicated result: the sum over A_m alone would be an
 all-reduce where lax's convolution has none (it gathers the images instead).
 
-Other dimensions are replicated in a batch-grouped call. The operand roles
-follow conv.py: forward (x, w) -> y, input gradient (dy, w) -> dx, filter
-gradient (dy, x) -> dw.
+Input channels and spatial dimensions keep their split as in conv.py (its
+`choose` on those factors alone, past the batch's axes): a channel split is
+summed in the forward (one all-reduce), spatial splits exchange halos. The
+features within a group are replicated. The operand roles follow
+conv.py: forward (x, w) -> y, input gradient (dy, w) -> dx, filter gradient
+(dy, x) -> dw.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from jax import lax
 from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, SdyShardingRule
 
 from ..conv.primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT
+from .all_reduce import all_reduce_sum
+from .conv import choose, exchange_halos, local_spec, spatial_rule
 from .partitioned import Plan, axes_size, first_appearance
 
 _ROLES = {FORWARD: (("x", "w"), "y"), INPUT_GRADIENT: (("y", "w"), "x"),
@@ -79,9 +84,13 @@ def _batch_axes(op, specs, result_spec, groups, channel, mesh_shape):
   return result_spec[0] if result_spec is not None else ()
 
 
-def _role_specs(how: GroupSplit, shapes, channel) -> dict:
-  """Each role's Spec under the plan `how` (roles x, w, y)."""
+def _role_specs(how: GroupSplit, rest, shapes, spec) -> dict:
+  """Each role's Spec under the plan `how` for the batch and `rest` (a
+  ConvPlan) for the channels and spatial dimensions (roles x, w, y)."""
+  cl, nd = spec.channels_last, spec.window.nd
+  channel = nd + 1 if cl else 1
   out = {r: [()] * len(s) for r, s in shapes.items()}
+  out["x"][channel] = out["w"][channel] = rest.axes.get("c", ())
   if how.mode in ("whole", "named"):
     out["x"][0] = how.axes
     features = how.axes if how.mode == "whole" else how.group_axes
@@ -89,30 +98,44 @@ def _role_specs(how: GroupSplit, shapes, channel) -> dict:
     out["y"][0] = how.image_axes
   elif how.mode == "gather":
     out["x"][0] = how.axes
+  for i, (axes, _, _) in rest.halos.items():
+    out["x"][1 + i if cl else 2 + i] = out["y"][1 + i if cl else 2 + i] = axes
   return {r: tuple(s) for r, s in out.items()}
 
 
 def plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape, inner) -> Plan:
   """The Plan of one batch-grouped op; `inner` binds the per-shard primitive."""
   roles_in, role_out = _ROLES[op]
-  cl, g = spec.channels_last, spec.batch_groups
-  channel = spec.window.nd + 1 if cl else 1
+  g = spec.batch_groups
+  channel = spec.window.nd + 1 if spec.channels_last else 1
   specs = dict(zip(roles_in, operand_specs))
   axes = _batch_axes(op, specs, result_spec, g, channel, mesh_shape)
   how = split(axes, g, shapes["x"][0], mesh_shape)
-  by_role = _role_specs(how, shapes, channel)
-  extra = {k: v for k, v in params.items() if k != "spec"}
+  rest = choose(op, dataclasses.replace(spec, groups=1), shapes, operand_specs, result_spec,
+                mesh_shape, only=lambda name: name == "c" or name.startswith("s"), taken=how.axes)
+  by_role = _role_specs(how, rest, shapes, spec)
+  shard_spec, in_spatial = local_spec(op, spec, shapes, rest)
+  extra = {k: v for k, v in params.items() if k not in ("spec", "in_spatial")}
+  if op == INPUT_GRADIENT:
+    extra["in_spatial"] = in_spatial
   p = axes_size(mesh_shape, how.axes)
 
   if how.mode in ("none", "whole"):
-    local = dataclasses.replace(spec, groups=g // p, batch_groups=g // p)
+    local = dataclasses.replace(shard_spec, groups=g // p, batch_groups=g // p)
 
-    def per_shard(a, b):
+    def compute(a, b):
       return inner(a, b, spec=local, **extra)
-    return Plan(tuple(by_role[r] for r in roles_in), by_role[role_out], per_shard)
-  if op == FILTER_GRADIENT:  # each shard's part of its group's filter gradient, gathered
-    by_role["w"] = tuple(() for _ in shapes["w"])
-  per_shard = _split_groups(op, spec, shapes, how, p, inner, extra)
+  else:
+    if op == FILTER_GRADIENT:  # each shard's part of its group's filter gradient, gathered
+      by_role["w"] = tuple(axes if d == channel else () for d, axes in enumerate(by_role["w"]))
+    compute = _split_groups(op, shard_spec, shapes, how, p, inner, extra)
+
+  def per_shard(a, b):
+    a, b = exchange_halos(op, spec, rest, [a, b])
+    out = compute(a, b)
+    if rest.contracted:  # the forward's over channel blocks, the filter gradient's over spatial ones
+      out = all_reduce_sum(out, rest.contracted)
+    return out
   return Plan(tuple(by_role[r] for r in roles_in), by_role[role_out], per_shard)
 
 
@@ -177,8 +200,9 @@ def _assemble(parts, g, q, cl):
 
 def sdy_rule(op, spec, shapes) -> SdyShardingRule:
   """The Shardy rule: x's batch is (g, m), w's and y's features (g, og), y's
-  images m. Channels, the features within a group and spatial dimensions are
-  never split (need replication). The filter gradient reduces x's batch and
+  images m, input channels c (summed in the forward) and spatial dimensions
+  as conv.py's (spatial_rule). The features within a group are never split
+  (need replication). The filter gradient reduces x's batch and
   y's images as two factors: tied through x, its result would inherit a split
   of x's batch over part of a mesh axis ("gather"), which XLA undoes with an
   all-gather after the call; tied through dy alone, it is split as dy is."""
@@ -195,18 +219,17 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
   dims["y"][0] = "m"
   dims["w"][0] = dims["y"][channel] = group("og") if og > 1 else "g"
   dims["x"][channel] = dims["w"][channel] = "c"
-  replicate = ["c", "og"] if og > 1 else ["c"]
-  for i in range(nd):
-    d = 1 + i if cl else 2 + i
-    dims["x"][d], dims["w"][d], dims["y"][d] = f"a{i}", f"k{i}", f"b{i}"
-    replicate += [f"a{i}", f"k{i}", f"b{i}"]
+  replicate = ["og"] if og > 1 else []
+  known, permute = dict(g=g, m=m, og=og), []
+  reduce = {FORWARD: ["c"], INPUT_GRADIENT: [], FILTER_GRADIENT: ["m", "n"]}[op]
+  spatial_rule(op, spec, shapes, dims, known, replicate, permute, reduce)
   operands = tuple(ArrayMapping(*dims[r]) for r in roles_in)
   results = (ArrayMapping(*dims[role_out]),)
   order, whole = first_appearance(operands + results)
-  known = dict(g=g, m=m, og=og)
   sizes = {f: known[f] for f in order if f not in whole}
   key = order.index
   return SdyShardingRule(operands, results,
-                         reduction_factors=("m", "n") if op == FILTER_GRADIENT else (),
+                         reduction_factors=tuple(sorted(set(reduce), key=key)),
                          need_replication_factors=tuple(sorted(set(replicate), key=key)),
+                         permutation_factors=tuple(sorted(set(permute), key=key)),
                          **sizes)

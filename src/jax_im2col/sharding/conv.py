@@ -35,7 +35,6 @@ from ..conv.primitives import (FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, conv_ba
                                conv_backward_filter_p, conv_forward_p)
 from .all_reduce import all_reduce_sum
 from .halo import exchange, plan_halo
-from . import batch_groups
 from .partitioned import Call, Plan, Shape, axes_size, first_appearance
 
 _OPS = {conv_forward_p.name: FORWARD, conv_backward_data_p.name: INPUT_GRADIENT,
@@ -108,15 +107,19 @@ class ConvPlan:
   contracted: tuple   # mesh axes summed over
 
 
-def choose(op, spec, shapes, operand_specs, result_spec, mesh_shape) -> ConvPlan:
-  """Each factor's mesh axes (see the module docstring)."""
+def choose(op, spec, shapes, operand_specs, result_spec, mesh_shape, only=None,
+           taken=()) -> ConvPlan:
+  """Each factor's mesh axes (see the module docstring); with `only`, those
+  of the factors it accepts alone, past the axes `taken` (batch_groups.py)."""
   roles_in, role_out = _ROLES[op]
   factors, contracted = _factors(op, spec, shapes)
+  if only is not None:
+    factors = {name: places for name, places in factors.items() if only(name)}
   specs = dict(zip(roles_in, operand_specs))
   order = list(roles_in) + ([role_out] if result_spec is not None else [])
   if result_spec is not None:
     specs[role_out] = result_spec
-  used, axes, halos = set(), {}, {}
+  used, axes, halos = set(taken), {}, {}
   for name, places in factors.items():
     places = sorted(places, key=lambda rd: order.index(rd[0]) if rd[0] in order else 99)
     for role, dim in places:
@@ -138,6 +141,17 @@ def choose(op, spec, shapes, operand_specs, result_spec, mesh_shape) -> ConvPlan
   return ConvPlan(axes, sizes, halos, summed)
 
 
+def exchange_halos(op, spec, plan: ConvPlan, operands):
+  """The operands in the forward's roles with the image whose windows the op
+  reads (x; the input gradient's dy) extended by each planned halo."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  ops = list(operands)
+  index = _ROLES[op][0].index("y" if op == INPUT_GRADIENT else "x")
+  for i, (axes, parts, halo) in sorted(plan.halos.items()):
+    ops[index] = exchange(ops[index], lay.spatial(i), axes, parts, halo)
+  return ops
+
+
 def _spec_of_role(op, spec, shapes, plan: ConvPlan, role, drop=()):
   factors, _ = _factors(op, spec, shapes)
   out = [()] * len(shapes[role])
@@ -150,7 +164,7 @@ def _spec_of_role(op, spec, shapes, plan: ConvPlan, role, drop=()):
   return tuple(out)
 
 
-def _local_spec(op, spec, shapes, plan: ConvPlan):
+def local_spec(op, spec, shapes, plan: ConvPlan):
   """The per-shard ConvSpec (groups per shard; each halo'd dimension's
   padding) and, for the input gradient, the per-shard input extents."""
   lay = _Layout(spec.window.nd, spec.channels_last)
@@ -178,6 +192,7 @@ class ConvRules:
     spec = params["spec"]
     shapes = _shapes(op, operands, result)
     if spec.batch_groups > 1:
+      from . import batch_groups  # it builds on this module
       return batch_groups.plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape,
                                self.inner[call.prim].bind)
     chosen = choose(op, spec, shapes, operand_specs, result_spec, mesh_shape)
@@ -185,20 +200,15 @@ class ConvRules:
     _, contracted = _factors(op, spec, shapes)
     in_specs = tuple(_spec_of_role(op, spec, shapes, chosen, r) for r in roles_in)
     out_spec = _spec_of_role(op, spec, shapes, chosen, role_out, drop=contracted)
-    local, in_spatial = _local_spec(op, spec, shapes, chosen)
+    local, in_spatial = local_spec(op, spec, shapes, chosen)
     inner = self.inner[call.prim]
-    lay = _Layout(spec.window.nd, spec.channels_last)
-    halo_role = "y" if op == INPUT_GRADIENT else "x"
-    halo_index = roles_in.index(halo_role)
     summed = chosen.contracted
     extra = {k: v for k, v in params.items() if k not in ("spec", "in_spatial")}
     if op == INPUT_GRADIENT:
       extra["in_spatial"] = in_spatial
 
     def per_shard(a, b):
-      ops = [a, b]
-      for i, (axes, parts, halo) in sorted(chosen.halos.items()):
-        ops[halo_index] = exchange(ops[halo_index], lay.spatial(i), axes, parts, halo)
+      ops = exchange_halos(op, spec, chosen, [a, b])
       out = inner.bind(*ops, spec=local, **extra)
       if summed:
         out = all_reduce_sum(out, summed)
@@ -233,8 +243,40 @@ class ConvRules:
     shapes = dict(zip(roles_in, operand_shapes))
     shapes[role_out] = result_shape
     if spec.batch_groups > 1:
+      from . import batch_groups
       return batch_groups.sdy_rule(op, spec, shapes)
     return sdy_rule(op, spec, shapes)
+
+
+def spatial_rule(op, spec, shapes, dims, known, replicate, permute, reduce) -> None:
+  """The spatial factors of a Shardy rule, into `dims` (role -> factor per
+  dimension) and the lists: s_i a permutation (halo; in the filter gradient a
+  reduction) where x's and y's extents relate by the stride, the kernel's
+  dimensions and the rest need replication."""
+  lay = _Layout(spec.window.nd, spec.channels_last)
+  x, y = shapes["x"], shapes["y"]
+  win = spec.window
+  for i in range(lay.nd):
+    d = lay.spatial(i)
+    s, t = x[d], y[d]
+    dims["w"][d] = f"k{i}"
+    replicate.append(f"k{i}")
+    related = t > 0 and t * win.stride[i] == s * win.lhs_dilation[i]
+    if related and s == t:
+      dims["x"][d] = dims["y"][d] = f"s{i}"
+    elif related and s % t == 0:  # strided: x's rows are (output row, phase)
+      dims["x"][d], dims["y"][d] = CompoundFactor(f"s{i}", f"r{i}"), f"s{i}"
+      known[f"r{i}"] = s // t
+      replicate.append(f"r{i}")
+    elif related and t % s == 0:  # lhs-dilated: y's rows are (input row, phase)
+      dims["x"][d], dims["y"][d] = f"s{i}", CompoundFactor(f"s{i}", f"r{i}")
+      known[f"r{i}"] = t // s
+      replicate.append(f"r{i}")
+    else:
+      dims["x"][d], dims["y"][d] = f"a{i}", f"b{i}"
+      replicate += [f"a{i}", f"b{i}"]
+      continue
+    (reduce if op == FILTER_GRADIENT else permute).append(f"s{i}")
 
 
 def sdy_rule(op, spec, shapes) -> SdyShardingRule:
@@ -259,28 +301,7 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
     dims["w"][0] = dims["y"][ch] = CompoundFactor("g", "og") if og > 1 else "g"
     known.update(g=g, og=og)
     replicate += ["cg", "og"] if og > 1 else ["cg"]
-  win = spec.window
-  for i in range(lay.nd):
-    d = lay.spatial(i)
-    s, t = x[d], y[d]
-    dims["w"][d] = f"k{i}"
-    replicate.append(f"k{i}")
-    related = t > 0 and t * win.stride[i] == s * win.lhs_dilation[i]
-    if related and s == t:
-      dims["x"][d] = dims["y"][d] = f"s{i}"
-    elif related and s % t == 0:  # strided: x's rows are (output row, phase)
-      dims["x"][d], dims["y"][d] = CompoundFactor(f"s{i}", f"r{i}"), f"s{i}"
-      known[f"r{i}"] = s // t
-      replicate.append(f"r{i}")
-    elif related and t % s == 0:  # lhs-dilated: y's rows are (input row, phase)
-      dims["x"][d], dims["y"][d] = f"s{i}", CompoundFactor(f"s{i}", f"r{i}")
-      known[f"r{i}"] = t // s
-      replicate.append(f"r{i}")
-    else:
-      dims["x"][d], dims["y"][d] = f"a{i}", f"b{i}"
-      replicate += [f"a{i}", f"b{i}"]
-      continue
-    (reduce if op == FILTER_GRADIENT else permute).append(f"s{i}")
+  spatial_rule(op, spec, shapes, dims, known, replicate, permute, reduce)
   if op == FORWARD and g == 1:
     reduce.append("c")
   if op == INPUT_GRADIENT and g == 1:
