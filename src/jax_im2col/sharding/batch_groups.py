@@ -39,7 +39,7 @@ from jax.experimental.custom_partitioning import ArrayMapping, CompoundFactor, S
 
 from ..conv.primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT
 from .all_reduce import all_reduce_sum
-from .conv import choose, exchange_halos, local_spec, spatial_rule
+from .conv import Layout, choose, exchange_halos, local_spec, spatial_rule
 from .partitioned import Plan, axes_size, first_appearance
 
 _ROLES = {FORWARD: (("x", "w"), "y"), INPUT_GRADIENT: (("y", "w"), "x"),
@@ -87,8 +87,8 @@ def _batch_axes(op, specs, result_spec, groups, channel, mesh_shape):
 def _role_specs(how: GroupSplit, rest, shapes, spec) -> dict:
   """Each role's Spec under the plan `how` for the batch and `rest` (a
   ConvPlan) for the channels and spatial dimensions (roles x, w, y)."""
-  cl, nd = spec.channels_last, spec.window.nd
-  channel = nd + 1 if cl else 1
+  lay = Layout(spec.window.nd, spec.channels_last)
+  channel = lay.channel()
   out = {r: [()] * len(s) for r, s in shapes.items()}
   out["x"][channel] = out["w"][channel] = rest.axes.get("c", ())
   if how.mode in ("whole", "named"):
@@ -99,7 +99,7 @@ def _role_specs(how: GroupSplit, rest, shapes, spec) -> dict:
   elif how.mode == "gather":
     out["x"][0] = how.axes
   for i, (axes, _, _) in rest.halos.items():
-    out["x"][1 + i if cl else 2 + i] = out["y"][1 + i if cl else 2 + i] = axes
+    out["x"][lay.spatial(i)] = out["y"][lay.spatial(i)] = axes
   return {r: tuple(s) for r, s in out.items()}
 
 
@@ -107,7 +107,7 @@ def plan(op, spec, params, shapes, operand_specs, result_spec, mesh_shape, inner
   """The Plan of one batch-grouped op; `inner` binds the per-shard primitive."""
   roles_in, role_out = _ROLES[op]
   g = spec.batch_groups
-  channel = spec.window.nd + 1 if spec.channels_last else 1
+  channel = Layout(spec.window.nd, spec.channels_last).channel()
   specs = dict(zip(roles_in, operand_specs))
   axes = _batch_axes(op, specs, result_spec, g, channel, mesh_shape)
   how = split(axes, g, shapes["x"][0], mesh_shape)
@@ -144,7 +144,7 @@ def _split_groups(op, spec, shapes, how, p, inner, extra):
   the batch's axes holds images of group i // q, part i % q of them."""
   cl, g = spec.channels_last, spec.batch_groups
   flat = dataclasses.replace(spec, groups=1, batch_groups=1)
-  channel = spec.window.nd + 1 if cl else 1
+  channel = Layout(spec.window.nd, cl).channel()
   q = p // g                       # shards a group spans
   per = shapes["x"][0] // p        # images a shard holds
   og = shapes["w"][0] // g         # output features of a group
@@ -208,7 +208,7 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
   all-gather after the call; tied through dy alone, it is split as dy is."""
   roles_in, role_out = _ROLES[op]
   cl, g, nd = spec.channels_last, spec.batch_groups, spec.window.nd
-  channel = nd + 1 if cl else 1
+  channel = Layout(nd, cl).channel()
   m, og = shapes["y"][0], shapes["w"][0] // g
   group = lambda inner: CompoundFactor("g", inner)
   dims = {r: [None] * len(s) for r, s in shapes.items()}

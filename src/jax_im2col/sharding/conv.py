@@ -45,7 +45,8 @@ _ROLES = {FORWARD: (("x", "w"), "y"), INPUT_GRADIENT: (("y", "w"), "x"),
 
 
 @dataclasses.dataclass(frozen=True)
-class _Layout:
+class Layout:
+  """Where a canonical image's channel and spatial dimensions are (filters: the same)."""
   nd: int
   channels_last: bool
 
@@ -65,7 +66,7 @@ def _shapes(op, operands, result):
 
 def _factors(op, spec, shapes):
   """{factor: [(role, dim), ...]} and the contracted factors of `op`."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   ch = lay.channel()
   f = {"n": [("x", 0), ("y", 0)]}
   if spec.groups == 1:
@@ -83,7 +84,7 @@ def _factors(op, spec, shapes):
 def _valid(op, spec, shapes, factor, p):
   """Whether `p` shards of `factor` compute with no communication beyond the
   factor's own (a Halo for a spatial factor)."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   x, w, y = shapes["x"], shapes["w"], shapes["y"]
   if factor == "n":
     return x[0] % p == 0
@@ -144,7 +145,7 @@ def choose(op, spec, shapes, operand_specs, result_spec, mesh_shape, only=None,
 def exchange_halos(op, spec, plan: ConvPlan, operands):
   """The operands in the forward's roles with the image whose windows the op
   reads (x; the input gradient's dy) extended by each planned halo."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   ops = list(operands)
   index = _ROLES[op][0].index("y" if op == INPUT_GRADIENT else "x")
   for i, (axes, parts, halo) in sorted(plan.halos.items()):
@@ -167,7 +168,7 @@ def _spec_of_role(op, spec, shapes, plan: ConvPlan, role, drop=()):
 def local_spec(op, spec, shapes, plan: ConvPlan):
   """The per-shard ConvSpec (groups per shard; each halo'd dimension's
   padding) and, for the input gradient, the per-shard input extents."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   win = spec.window
   padding = list(win.padding)
   for i, (_, _, halo) in plan.halos.items():
@@ -227,7 +228,7 @@ class ConvRules:
     op = _OPS[call.prim]
     cspec = call.kwargs["spec"]
     _, role_out = _ROLES[op]
-    lay = _Layout(cspec.window.nd, cspec.channels_last)
+    lay = Layout(cspec.window.nd, cspec.channels_last)
     out = list(spec)
     if role_out == "w":
       for i in range(lay.nd):
@@ -253,7 +254,7 @@ def spatial_rule(op, spec, shapes, dims, known, replicate, permute, reduce) -> N
   dimension) and the lists: s_i a permutation (halo; in the filter gradient a
   reduction) where x's and y's extents relate by the stride, the kernel's
   dimensions and the rest need replication."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   x, y = shapes["x"], shapes["y"]
   win = spec.window
   for i in range(lay.nd):
@@ -283,7 +284,7 @@ def sdy_rule(op, spec, shapes) -> SdyShardingRule:
   """The Shardy rule: the factors above, with the contracted ones as
   reductions, spatial ones as permutations (halo) where the extents relate by
   the stride, and what the plan never shards as need-replication."""
-  lay = _Layout(spec.window.nd, spec.channels_last)
+  lay = Layout(spec.window.nd, spec.channels_last)
   roles_in, role_out = _ROLES[op]
   x, w, y = shapes["x"], shapes["w"], shapes["y"]
   ch = lay.channel()
