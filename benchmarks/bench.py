@@ -757,9 +757,17 @@ def xla_patches_fn(case: Case, layout: str):
                                                      rhs_dilation=case.dilation, dimension_numbers=dn)
 
 
-def ours_fold_fn(case: Case, layout: str):
+def ours_fold_fn(case: Case, layout: str, algorithm: str | None = None):
+  """Our fold; with `algorithm` ("own" or "xla"), that route forced where the
+  rules (columns/fold_selection.py) would choose."""
   f = J.fold if layout == "cf" else J.fold_channels_last
-  return lambda c: f(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
+  if algorithm is None:
+    return lambda c: f(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
+
+  def forced(c):
+    with J.force_algorithm(algorithm):
+      return f(c, case.spatial, case.kernel, case.dilation, case.pads, case.stride)
+  return forced
 
 
 def xla_fold_fn(case: Case, layout: str):
@@ -931,6 +939,9 @@ def op_fold(b: Bench, case: Case, dt: str, layout: str):
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
   sets = b.data.sets([cols], dtype)
   b.run_jax(base, "ours", ours_fold_fn(case, layout), sets)
+  if b.args.fold_routes:
+    for route in ("own", "xla"):
+      b.run_jax(base, f"ours_{route}", ours_fold_fn(case, layout, route), sets)
   b.run_jax(base, "jax_vjp", jax_vjp_fold_fn(case, layout, dtype), sets)
   b.run_jax(base, "jax_scatter", jax_scatter_fold_fn(case, layout), sets)
   del sets
@@ -1285,9 +1296,11 @@ SECTIONS = {
     "fold": dict(title="Fold / col2im (ms); jax_vjp = the VJP of jax's unfold (one fused kernel); jax_scatter = "
                        "`.at[].add` of the columns into the padded image; ceiling = a sum of columns / image "
                        "arrays of the image's bytes (float32, the same bytes: read-dominated); copy = float32 "
-                       "x + 1 over the same bytes; xla (--patches) = VJP of conv_general_dilated_patches",
-                 impls=["ours", "jax_vjp", "jax_scatter", "torch", "ceiling", "copy", "xla"],
-                 ratios=[("ours/jax_vjp", "ours", "jax_vjp"), ("ours/jax_scatter", "ours", "jax_scatter"),
+                       "x + 1 over the same bytes; xla (--patches) = VJP of conv_general_dilated_patches; "
+                       "ours_own / ours_xla (--fold-routes) = our fold with each route forced",
+                 impls=["ours", "ours_own", "ours_xla", "jax_vjp", "jax_scatter", "torch", "ceiling", "copy", "xla"],
+                 ratios=[("ours/jax_vjp", "ours", "jax_vjp"), ("own/jax_vjp", "ours_own", "jax_vjp"),
+                         ("xla/jax_vjp", "ours_xla", "jax_vjp"), ("ours/jax_scatter", "ours", "jax_scatter"),
                          ("ours/torch", "ours", "torch"), ("ours/xla", "ours", "xla")],
                  derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
                           ("ours % copy BW", lambda row, c: pct_bw(row, c), 1),
@@ -1575,6 +1588,9 @@ def parse_args(argv=None):
   p.add_argument("--patches", action="store_true",
                  help="also time lax.conv_general_dilated_patches (unfold) and its VJP (fold) as peers "
                       "(\"xla\"; slow one-hot convolutions, off by default to keep within the deadline)")
+  p.add_argument("--fold-routes", action="store_true",
+                 help="also time our fold with each route forced (ours_own: the project's kernel; ours_xla: "
+                      "the lax formulation XLA fuses; columns/fold_selection.py chooses between them)")
   p.add_argument("--deadline-s", type=float, default=None,
                  help="stop measuring after this many seconds (default: 200 on a GPU, none otherwise)")
   p.add_argument("--budget-s", type=float, default=None, help="time budget of one measurement")

@@ -53,6 +53,15 @@ def stem_forward_half(p) -> bool:
           and np.dtype(p.dtype).itemsize == 2)
 
 
+def strided_input_gradient(p) -> bool:
+  """Input gradients of dense 2-D strided windows other than patchify (window
+  = stride, no padding) and the stems (at most 4 input channels)."""
+  w = p.spec.window
+  patchify = tuple(w.kernel) == tuple(w.stride) and all(lo == hi == 0 for lo, hi in w.padding)
+  return (p.op == "input_gradient" and w.nd == 2 and p.spec.groups == 1 and p.c > 4
+          and any(s != 1 for s in w.stride) and w.kernel_size > 1 and not patchify)
+
+
 # The rules on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) and on large-window
 # filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
 # "depthwise_small" and "large_filter_14_28" here until they became rules; under the
@@ -71,6 +80,9 @@ CANDIDATES = {
     # MobileNetV2's bf16 stem forward (3x3 stride 2 on 224² x 3; own GEMM 0.98x XLA's alone): its
     # step holds two transposes (211 us) that XLA's does not (step_kernels, 2026-11-28).
     "stem_forward": stem_forward_half,
+    # ResNet-50's 3x3 stride-2 input gradients (own / XLA alone 1.00-1.44 in bfloat16, 1.06-1.16
+    # in float32; routing data of 2026-11-27).
+    "strided_input_gradient": strided_input_gradient,
 }
 
 

@@ -18,9 +18,12 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from ..common import ffi as _ffi
+from ..common.config import get_algorithm
 from ..common.geometry import Window
 from ..common.primitive import empty_safe, make_primitive
 from ..sharding import partitioned
+from .fold_by_pads import fold_by_pads
+from .fold_selection import XLA, fold_algorithm
 
 unfold_p = make_primitive("im2col_unfold")
 fold_p = make_primitive("im2col_fold")
@@ -53,7 +56,10 @@ def unfold(x, *, window: Window, channels_last: bool):
 
 
 def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...]):
-  return fold_p.bind(cols, window=window, channels_last=channels_last, spatial=spatial)
+  """fold_p, with the algorithm setting of the trace (config.get_algorithm)
+  as a parameter: columns/fold_selection.py reads it at lowering."""
+  return fold_p.bind(cols, window=window, channels_last=channels_last, spatial=spatial,
+                     algorithm=get_algorithm())
 
 
 def _unfold_abstract(prim, x, *, window, channels_last):
@@ -63,12 +69,12 @@ def _unfold_abstract(prim, x, *, window, channels_last):
                                  [x], shape, x.dtype)
 
 
-def _fold_abstract(prim, cols, *, window, channels_last, spatial):
+def _fold_abstract(prim, cols, *, window, channels_last, spatial, algorithm):
   rows = cols.shape[2] if channels_last else cols.shape[1]
   shape = image_shape(cols.shape[0], rows // window.kernel_size, spatial, channels_last)
   return partitioned.result_type(
-      prim.name, dict(window=window, channels_last=channels_last, spatial=spatial), [cols], shape,
-      cols.dtype)
+      prim.name, dict(window=window, channels_last=channels_last, spatial=spatial,
+                      algorithm=algorithm), [cols], shape, cols.dtype)
 
 
 for _prim in (unfold_p, unfold_shard_p):
@@ -93,9 +99,13 @@ def _unfold_lowering(ctx, x, *, window, channels_last):
 
 
 @empty_safe
-def _fold_lowering(ctx, cols, *, window, channels_last, spatial):
+def _fold_lowering(ctx, cols, *, window, channels_last, spatial, algorithm, platform):
   if window.is_identity:
     return _reshape_lowering(ctx, cols)
+  if fold_algorithm(window, ctx.avals_in[0].dtype, channels_last, platform, algorithm)[0] == XLA:
+    return mlir.lower_fun(
+        functools.partial(fold_by_pads, window=window, channels_last=channels_last,
+                          spatial=spatial), multiple_results=False)(ctx, cols)
   return jax.ffi.ffi_lowering(_ffi.FOLD)(ctx, cols, channels_last=channels_last,
                                          **window.ffi_attributes())
 
@@ -117,7 +127,8 @@ def _register():
                                                ColumnsRules(fold_shard_p, unfold=False))
   for platform in ("cpu", "cuda"):
     mlir.register_lowering(unfold_shard_p, _unfold_lowering, platform=platform)
-    mlir.register_lowering(fold_shard_p, _fold_lowering, platform=platform)
+    mlir.register_lowering(fold_shard_p, functools.partial(_fold_lowering, platform=platform),
+                           platform=platform)
     mlir.register_lowering(unfold_p, _identity_or(unfold_rule), platform=platform)
     mlir.register_lowering(fold_p, _identity_or(fold_rule), platform=platform)
 
@@ -134,7 +145,7 @@ def _unfold_transpose(ct, x, *, window, channels_last):
            spatial=image_spatial(x.aval.shape, channels_last)), x.aval)]
 
 
-def _fold_transpose(ct, cols, *, window, channels_last, spatial):
+def _fold_transpose(ct, cols, *, window, channels_last, spatial, algorithm):
   assert ad.is_undefined_primal(cols)
   if type(ct) is ad.Zero:
     return [ad.Zero(cols.aval)]

@@ -1,0 +1,152 @@
+"""fold's two routes: the project's kernel and the lax formulation XLA fuses
+(columns/fold_by_pads.py). Their values against each other and a float64
+reference on every platform, the rule that chooses (columns/fold_selection.py),
+and that a lowering emits what the rule chose."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_im2col as ji
+from conftest import PLATFORMS, on_platform
+from jax_im2col.columns import primitives
+from jax_im2col.columns.fold_selection import fold_algorithm
+from jax_im2col.common.geometry import Window
+from test_unfold_fold import assert_bits_equal, ref_fold, window_index_map
+
+FLOATS = [jnp.float16, jnp.bfloat16, np.float32, np.float64]
+
+
+def window(kernel, stride=None, dilation=None, padding=None, lhs=None) -> Window:
+  nd = len(kernel)
+  return Window(tuple(kernel), tuple(stride or (1,) * nd), tuple(dilation or (1,) * nd),
+                tuple(lhs or (1,) * nd), tuple(padding or ((0, 0),) * nd))
+
+
+def random_windows(seed: int, count: int):
+  """Windows over 1-3 dimensions that fit their input: strides, dilations,
+  padding and cropping (negative padding), and some with lhs dilation."""
+  rng = np.random.default_rng(seed)
+  found = []
+  while len(found) < count:
+    nd = int(rng.integers(1, 4))
+    spatial = tuple(int(v) for v in rng.integers(1, 9, nd))
+    lhs = tuple(int(v) for v in rng.integers(1, 3, nd)) if rng.random() < 0.25 else None
+    w = window(tuple(int(v) for v in rng.integers(1, 4, nd)), tuple(int(v) for v in rng.integers(1, 4, nd)),
+               tuple(int(v) for v in rng.integers(1, 3, nd)),
+               tuple((int(a), int(b)) for a, b in rng.integers(-2, 4, (nd, 2))), lhs)
+    if w.fits(spatial) and 0 not in w.output_spatial(spatial) and not w.is_identity:
+      found.append((w, spatial))
+  return found
+
+
+def columns(rng, w: Window, spatial, channels: int, channels_last: bool, dtype, n: int = 2):
+  """Integers below 1000 in magnitude: exact in every float type, and so are
+  their sums of up to 27 in float32, so that a fold's one rounding is the
+  float64 reference's cast to the type."""
+  positions = int(np.prod(w.output_spatial(spatial)))
+  shape = (n, positions, w.kernel_size * channels) if channels_last else (n, channels * w.kernel_size, positions)
+  return jnp.asarray(rng.integers(-999, 1000, shape).astype(np.float64), dtype)
+
+
+def reference(cols, w: Window, spatial, channels_last: bool, dtype):
+  """A float64 scatter-add (test_unfold_fold's), cast once to `dtype`."""
+  index = window_index_map(spatial, w.kernel, w.stride, w.rhs_dilation, w.padding, w.lhs_dilation)
+  cols = np.asarray(cols, np.float64)
+  if channels_last:  # (N, L, K*C) -> (N, C*K, L), and the image back to channels-last
+    n, l, kc = cols.shape
+    cols = cols.reshape(n, l, w.kernel_size, kc // w.kernel_size).transpose(0, 3, 2, 1).reshape(n, kc, l)
+  image = ref_fold(cols, index, spatial)
+  return (np.moveaxis(image, 1, -1) if channels_last else image).astype(dtype)
+
+
+def fold_with(setting: str, cols, w: Window, spatial, channels_last: bool):
+  with ji.force_algorithm(setting):
+    return jax.jit(lambda c: primitives.fold(c, window=w, channels_last=channels_last, spatial=spatial))(cols)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_xla_route_equals_the_kernel(platform, dtype, channels_last):
+  """Both routes sum in float32 (float64 for float64) and round once: on
+  random windows (strides, dilations, padding, cropping, lhs dilation), each
+  bit for bit the float64 reference cast to the type."""
+  rng = np.random.default_rng(7)
+  with on_platform(platform):
+    for w, spatial in random_windows(11 + channels_last, 12):
+      cols = columns(rng, w, spatial, 3, channels_last, dtype)
+      want = reference(cols, w, spatial, channels_last, dtype)
+      for setting in ("own", "xla"):
+        assert_bits_equal(fold_with(setting, cols, w, spatial, channels_last), want)
+
+
+@pytest.mark.parametrize("platform", [p for p in PLATFORMS if p.id == "gpu"])
+def test_auto_route_on_suite_windows(platform):
+  """The public fold under "auto" on the benchmark's windows, both layouts,
+  against the project's kernel (on the CPU "auto" is the kernel)."""
+  rng = np.random.default_rng(3)
+  cases = [((3, 3), (1, 1), (1, 1), (8, 8)), ((3, 3), (2, 2), (1, 1), (9, 9)),
+           ((7, 7), (2, 2), (3, 3), (12, 12)), ((3,), (2,), (0,), (31,)),
+           ((3, 3, 3), (1, 1, 1), (1, 1, 1), (3, 5, 5))]
+  with on_platform(platform):
+    for (kernel, stride, pad, spatial), dtype, cl in itertools.product(cases, [jnp.bfloat16, np.float32],
+                                                                        [False, True]):
+      w = window(kernel, stride, None, tuple((p, p) for p in pad))
+      cols = columns(rng, w, spatial, 4, cl, dtype)
+      f = ji.fold_channels_last if cl else ji.fold
+      with ji.force_algorithm("auto"):
+        got = jax.jit(lambda c: f(c, spatial, kernel, 1, pad, stride))(cols)
+      with ji.force_algorithm("own"):
+        want = jax.jit(lambda c: f(c, spatial, kernel, 1, pad, stride))(cols)
+      assert_bits_equal(got, want)
+
+
+def test_gradient_of_unfold_takes_the_route():
+  """unfold's transpose is a fold under the setting of the trace."""
+  w = window((3, 3), padding=((1, 1), (1, 1)))
+  x = jax.ShapeDtypeStruct((2, 4, 8, 8), jnp.bfloat16)
+
+  def text(setting):
+    with ji.force_algorithm(setting):
+      f = jax.grad(lambda v: ji.unfold(v, 3, 1, 1).astype(np.float32).sum())
+      return jax.jit(f).trace(x).lower(lowering_platforms=("cuda",)).as_text()
+  assert "jax_im2col_fold" in text("own")
+  assert "jax_im2col_fold" not in text("xla") and "stablehlo.pad" in text("xla")
+
+
+@pytest.mark.parametrize("dtype,cl,expect", [
+    (jnp.bfloat16, False, "xla"), (jnp.float16, False, "xla"), (np.float32, False, "own"),
+    (jnp.bfloat16, True, "own"), (np.int32, False, "own")])
+def test_lowering_emits_the_chosen_route(dtype, cl, expect):
+  w = window((3, 3), padding=((1, 1), (1, 1)))
+  cols = jax.ShapeDtypeStruct((2, 16, 36) if cl else (2, 36, 16), dtype)
+  with ji.force_algorithm("auto"):
+    text = jax.jit(lambda c: primitives.fold(c, window=w, channels_last=cl, spatial=(4, 4))).trace(
+        cols).lower(lowering_platforms=("cuda",)).as_text()
+  assert ("jax_im2col_fold" in text) == (expect == "own")
+
+
+def test_rule():
+  bf16, f32 = np.dtype(jnp.bfloat16), np.dtype(np.float32)
+  w3, w3s2 = window((3, 3), padding=((1, 1),) * 2), window((3, 3), (2, 2), padding=((1, 1),) * 2)
+  stem = window((7, 7), (2, 2), padding=((3, 3),) * 2)
+  assert fold_algorithm(w3, bf16, False, "cuda", "auto")[0] == "xla"
+  assert fold_algorithm(w3s2, bf16, False, "cuda", "auto")[0] == "xla"
+  assert fold_algorithm(stem, bf16, False, "cuda", "auto")[0] == "own"
+  assert fold_algorithm(w3, f32, False, "cuda", "auto")[0] == "own"
+  assert fold_algorithm(window((3,), (2,)), f32, False, "cuda", "auto")[0] == "xla"
+  assert fold_algorithm(w3s2, bf16, True, "cuda", "auto")[0] == "own"
+  assert fold_algorithm(w3, bf16, False, "cpu", "auto")[0] == "own"
+  lhs = window((3, 3), padding=((1, 1),) * 2, lhs=(2, 2))
+  assert fold_algorithm(lhs, bf16, False, "cuda", "auto")[0] == "own"
+  # The settings: "xla" and "own" force a route; a convolution algorithm's name reads as "own".
+  assert fold_algorithm(w3, f32, True, "cpu", "xla")[0] == "xla"
+  assert fold_algorithm(w3, bf16, False, "cuda", "own")[0] == "own"
+  assert fold_algorithm(w3, bf16, False, "cuda", "gemm")[0] == "own"
+  # Types without the lax formulation keep the kernel under every setting.
+  for dtype in (np.int32, np.bool_, np.complex64, jnp.float8_e4m3fn):
+    assert fold_algorithm(w3, np.dtype(dtype), False, "cuda", "xla")[0] == "own"
