@@ -89,9 +89,9 @@ def test_auto_route_on_suite_windows(platform):
   """The public fold under "auto" on the benchmark's windows, both layouts,
   against the project's kernel (on the CPU "auto" is the kernel)."""
   rng = np.random.default_rng(3)
-  cases = [((3, 3), (1, 1), (1, 1), (8, 8)), ((3, 3), (2, 2), (1, 1), (9, 9)),
-           ((7, 7), (2, 2), (3, 3), (12, 12)), ((3,), (2,), (0,), (31,)),
-           ((3, 3, 3), (1, 1, 1), (1, 1, 1), (3, 5, 5))]
+  cases = [((3, 3), (1, 1), (1, 1), (28, 30)), ((3, 3), (1, 1), (1, 1), (7, 7)),
+           ((3, 3), (2, 2), (1, 1), (29, 29)), ((7, 7), (2, 2), (3, 3), (30, 28)),
+           ((3,), (2,), (0,), (301,)), ((3, 3, 3), (1, 1, 1), (1, 1, 1), (3, 5, 5))]
   with on_platform(platform):
     for (kernel, stride, pad, spatial), dtype, cl in itertools.product(cases, [jnp.bfloat16, np.float32],
                                                                         [False, True]):
@@ -118,35 +118,45 @@ def test_gradient_of_unfold_takes_the_route():
   assert "jax_im2col_fold" not in text("xla") and "stablehlo.pad" in text("xla")
 
 
-@pytest.mark.parametrize("dtype,cl,expect", [
-    (jnp.bfloat16, False, "xla"), (jnp.float16, False, "xla"), (np.float32, False, "own"),
-    (jnp.bfloat16, True, "own"), (np.int32, False, "own")])
-def test_lowering_emits_the_chosen_route(dtype, cl, expect):
+@pytest.mark.parametrize("dtype,cl,side,expect", [
+    (jnp.bfloat16, False, 28, "xla"), (jnp.float16, False, 28, "xla"), (jnp.bfloat16, False, 14, "own"),
+    (np.float32, False, 28, "own"), (jnp.bfloat16, True, 28, "own"), (np.int32, False, 28, "own")])
+def test_lowering_emits_the_chosen_route(dtype, cl, side, expect):
   w = window((3, 3), padding=((1, 1), (1, 1)))
-  cols = jax.ShapeDtypeStruct((2, 16, 36) if cl else (2, 36, 16), dtype)
+  cols = jax.ShapeDtypeStruct((2, side * side, 36) if cl else (2, 36, side * side), dtype)
   with ji.force_algorithm("auto"):
-    text = jax.jit(lambda c: primitives.fold(c, window=w, channels_last=cl, spatial=(4, 4))).trace(
+    text = jax.jit(lambda c: primitives.fold(c, window=w, channels_last=cl, spatial=(side, side))).trace(
         cols).lower(lowering_platforms=("cuda",)).as_text()
   assert ("jax_im2col_fold" in text) == (expect == "own")
 
 
 def test_rule():
-  bf16, f32 = np.dtype(jnp.bfloat16), np.dtype(np.float32)
-  w3, w3s2 = window((3, 3), padding=((1, 1),) * 2), window((3, 3), (2, 2), padding=((1, 1),) * 2)
+  """The measured classes (columns/fold_selection.py), and the settings."""
+  bf16, f16, f32 = np.dtype(jnp.bfloat16), np.dtype(jnp.float16), np.dtype(np.float32)
+  pad1 = lambda nd: ((1, 1),) * nd
+  w3, w3s2 = window((3, 3), padding=pad1(2)), window((3, 3), (2, 2), padding=pad1(2))
   stem = window((7, 7), (2, 2), padding=((3, 3),) * 2)
-  assert fold_algorithm(w3, bf16, False, "cuda", "auto")[0] == "xla"
-  assert fold_algorithm(w3s2, bf16, False, "cuda", "auto")[0] == "xla"
-  assert fold_algorithm(stem, bf16, False, "cuda", "auto")[0] == "own"
-  assert fold_algorithm(w3, f32, False, "cuda", "auto")[0] == "own"
-  assert fold_algorithm(window((3,), (2,)), f32, False, "cuda", "auto")[0] == "xla"
-  assert fold_algorithm(w3s2, bf16, True, "cuda", "auto")[0] == "own"
-  assert fold_algorithm(w3, bf16, False, "cpu", "auto")[0] == "own"
-  lhs = window((3, 3), padding=((1, 1),) * 2, lhs=(2, 2))
-  assert fold_algorithm(lhs, bf16, False, "cuda", "auto")[0] == "own"
+  w1d, w3d = window((3,), (2,)), window((3, 3, 3), padding=pad1(3))
+  pick = lambda w, spatial, dtype, cl=False, platform="cuda", setting="auto": fold_algorithm(
+      w, spatial, dtype, cl, platform, setting)[0]
+  # Half precision, channels-first: 3x3 at unit stride on maps of 28 and more, and the
+  # strided 1-D row, on the lax route; small maps, 3-D, strided 2-D on the kernel.
+  assert pick(w3, (56, 56), bf16) == pick(w3, (28, 64), f16) == "xla"
+  assert pick(w3, (14, 14), bf16) == pick(w3, (28, 7), bf16) == "own"
+  assert pick(w3d, (16, 56, 56), bf16) == "own"
+  assert pick(w3s2, (56, 56), bf16) == pick(stem, (224, 224), bf16) == "own"
+  assert pick(w1d, (3199,), bf16) == "xla"
+  assert pick(window((5, 5), padding=pad1(2)), (56, 56), bf16) == "own"  # 25 taps
+  # float32, channels-first: strided windows on the lax route, unit stride on the kernel.
+  assert pick(w3s2, (56, 56), f32) == pick(stem, (224, 224), f32) == pick(w1d, (3199,), f32) == "xla"
+  assert pick(w3, (56, 56), f32) == pick(w3d, (16, 56, 56), f32) == "own"
+  # Channels-last, lhs dilation, the CPU: the kernel.
+  assert pick(w3, (56, 56), bf16, cl=True) == pick(w3s2, (56, 56), f32, cl=True) == "own"
+  assert pick(window((3, 3), padding=pad1(2), lhs=(2, 2)), (56, 56), bf16) == "own"
+  assert pick(w3, (56, 56), bf16, platform="cpu") == "own"
   # The settings: "xla" and "own" force a route; a convolution algorithm's name reads as "own".
-  assert fold_algorithm(w3, f32, True, "cpu", "xla")[0] == "xla"
-  assert fold_algorithm(w3, bf16, False, "cuda", "own")[0] == "own"
-  assert fold_algorithm(w3, bf16, False, "cuda", "gemm")[0] == "own"
+  assert pick(w3, (7, 7), f32, cl=True, platform="cpu", setting="xla") == "xla"
+  assert pick(w3, (56, 56), bf16, setting="own") == pick(w3, (56, 56), bf16, setting="gemm") == "own"
   # Types without the lax formulation keep the kernel under every setting.
   for dtype in (np.int32, np.bool_, np.complex64, jnp.float8_e4m3fn):
-    assert fold_algorithm(w3, np.dtype(dtype), False, "cuda", "xla")[0] == "own"
+    assert pick(w3, (56, 56), np.dtype(dtype), setting="xla") == "own"

@@ -2,12 +2,10 @@
 written in lax for XLA to fuse ("xla", columns/fold_by_pads.py). A pure
 function of the call, as conv/selection.py is for the convolution.
 
-The rule comes from benchmarks/bench.py's fold rows, both routes timed in one
-run against plain JAX's fused VJP (BENCHMARKS.md, "Fold: the project's kernel
-or XLA's fusion"). Fold is read-bound, K reads a write; XLA's loop fusion
-reads at that ceiling where the per-element work is small, and the project's
-kernels win where XLA's fusion tests positions that no tap reads (strided
-windows) or re-derives each tap's index (long windows).
+The rule comes from benchmarks/bench.py --fold-routes: both routes timed in
+one run on the suite's rows, in both layouts, float32 and bfloat16, on an
+H200 (BENCHMARKS.md, "Fold: the kernel or the lax route"). A class goes to
+the lax route where XLA's fusion of it was faster on every measured row.
 """
 
 from __future__ import annotations
@@ -18,13 +16,18 @@ from ..common.geometry import Window
 from .fold_by_pads import ACCUMULATORS
 
 OWN, XLA = "own", "xla"
+# The half-precision class where the lax route is faster: 2-D windows of at
+# most this many taps at unit stride, on maps at least this large a side.
+_FEW_TAPS = 9
+_LARGE_MAP = 28
 
 
-def fold_algorithm(window: Window, dtype, channels_last: bool, platform: str,
+def fold_algorithm(window: Window, spatial, dtype, channels_last: bool, platform: str,
                    setting: str) -> tuple[str, str]:
-  """(algorithm, why) for a fold of `window` on columns of `dtype`, under
-  the algorithm setting (config.get_algorithm(): "auto", "own", "xla" or a
-  convolution algorithm's name, which folds read as "own")."""
+  """(algorithm, why) for a fold of `window` onto an image of `spatial`
+  extents from columns of `dtype`, under the algorithm setting
+  (config.get_algorithm(): "auto", "own", "xla" or a convolution
+  algorithm's name, which a fold reads as "own")."""
   if np.dtype(dtype) not in ACCUMULATORS:
     return OWN, "integer, bool, float8 and complex folds have only the project's kernels"
   if setting == XLA:
@@ -33,19 +36,22 @@ def fold_algorithm(window: Window, dtype, channels_last: bool, platform: str,
     return OWN, f"the algorithm setting is {setting!r}"
   if platform != "cuda":
     return OWN, "on the CPU the project's fold is one pass over the columns"
-  strided = any(s != 1 for s in window.stride)
   if any(l != 1 for l in window.lhs_dilation):
-    return OWN, "an lhs-dilated window: XLA's fusion would sum the holes too"
+    return OWN, "an lhs-dilated window (a transposed convolution's): not measured on the lax route"
+  if channels_last:
+    return OWN, "channels-last: own / lax route 0.19-1.06 (H200)"
+  strided = any(s != 1 for s in window.stride)
   half = np.dtype(dtype).itemsize == 2
-  if not channels_last:
-    if strided and window.kernel_size > 9:
-      return OWN, "a large strided window (a stem): own / fused VJP 0.74-0.77 (bfloat16)"
-    if half:
-      return XLA, ("a half-precision channels-first fold: own / fused VJP 1.11-1.36 on an H200, "
-                   "the kernel bound by instructions at two bytes a read")
-    if window.nd == 1 and strided:
-      return XLA, "a strided 1-D channels-first fold: own / fused VJP 1.17-1.18"
-    return OWN, "float32 channels-first: own / fused VJP 0.99-1.02"
   if strided:
-    return OWN, "a strided channels-last fold: own / fused VJP 0.45-0.52 on 2-D rows"
-  return OWN, "a channels-last fold at unit stride: at the read ceiling on 56 and 28 maps"
+    if not half:
+      return XLA, ("a strided channels-first float32 fold: own / lax route 1.10-1.45 on an H200 "
+                   "(3x3 stride 2, the 7x7 stem, the 1-D row)")
+    if window.nd == 1:
+      return XLA, "a strided 1-D channels-first half-precision fold: own / lax route 1.69 on an H200"
+    return OWN, "a strided 2-D or 3-D half-precision fold: own / lax route 0.79-1.03 on an H200"
+  if (half and window.nd == 2 and window.kernel_size <= _FEW_TAPS
+          and min(spatial) >= _LARGE_MAP):
+    return XLA, ("a half-precision 2-D fold of at most 9 taps at unit stride on a map of 28 or more "
+                 "a side: own / lax route 1.08-1.11 on an H200")
+  return OWN, ("channels-first at unit stride: own / lax route 0.91-1.01 in float32, 0.57 (3x3x3) "
+               "and 0.93-0.95 (maps of 14 and 7) in half precision, on an H200")
