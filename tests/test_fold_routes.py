@@ -120,7 +120,8 @@ def test_gradient_of_unfold_takes_the_route():
 
 @pytest.mark.parametrize("dtype,cl,side,expect", [
     (jnp.bfloat16, False, 28, "xla"), (jnp.float16, False, 28, "xla"), (jnp.bfloat16, False, 14, "own"),
-    (np.float32, False, 28, "own"), (jnp.bfloat16, True, 28, "own"), (np.int32, False, 28, "own")])
+    (np.float32, False, 28, "own"), (np.float32, True, 28, "xla"), (jnp.bfloat16, True, 28, "own"),
+    (np.int32, False, 28, "own")])
 def test_lowering_emits_the_chosen_route(dtype, cl, side, expect):
   w = window((3, 3), padding=((1, 1), (1, 1)))
   cols = jax.ShapeDtypeStruct((2, side * side, 36) if cl else (2, 36, side * side), dtype)
@@ -150,8 +151,14 @@ def test_rule():
   # float32, channels-first: strided windows on the lax route, unit stride on the kernel.
   assert pick(w3s2, (56, 56), f32) == pick(stem, (224, 224), f32) == pick(w1d, (3199,), f32) == "xla"
   assert pick(w3, (56, 56), f32) == pick(w3d, (16, 56, 56), f32) == "own"
-  # Channels-last, lhs dilation, the CPU: the kernel.
-  assert pick(w3, (56, 56), bf16, cl=True) == pick(w3s2, (56, 56), f32, cl=True) == "own"
+  # Channels-last: float32 on the lax route but for strided 2-D windows; half precision
+  # on the kernel.
+  assert pick(w3, (7, 7), f32, cl=True) == pick(w3d, (16, 56, 56), f32, cl=True) == "xla"
+  assert pick(w1d, (3199,), f32, cl=True) == "xla"
+  assert pick(w3s2, (56, 56), f32, cl=True) == pick(stem, (224, 224), f32, cl=True) == "own"
+  assert pick(w3, (56, 56), bf16, cl=True) == pick(w1d, (3199,), f16, cl=True) == "own"
+  # float64 (not measured), lhs dilation, the CPU: the kernel.
+  assert pick(w3s2, (56, 56), np.dtype(np.float64)) == "own"
   assert pick(window((3, 3), padding=pad1(2), lhs=(2, 2)), (56, 56), bf16) == "own"
   assert pick(w3, (56, 56), bf16, platform="cpu") == "own"
   # The settings: "xla" and "own" force a route; a convolution algorithm's name reads as "own".

@@ -4,10 +4,11 @@ the stride, low and high padding for the tap's offset, negative where the
 window's padding is cropped), summed tap by tap in increasing order in a wide
 accumulator and rounded once, then every lhs_dilation-th element kept.
 
-This is the VJP of plain JAX's pad + strided slices + stack, which XLA fuses
-into one loop kernel that reads at the read-dominated ceiling; the same sums
-in the same order as the project's fold kernels, so the two give equal
-results (columns/fold_selection.py says where each runs).
+XLA fuses it into one loop kernel. In float32 it is plain JAX's VJP of pad +
+strided slices + stack; in half precision that VJP adds in the columns' type,
+rounding after every addition, where this sums in float32 and rounds once.
+The project's fold kernels make the same sums in the same order, so the two
+routes give equal results (columns/fold_selection.py says where each runs).
 """
 
 from __future__ import annotations

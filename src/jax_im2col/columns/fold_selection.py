@@ -5,7 +5,8 @@ function of the call, as conv/selection.py is for the convolution.
 The rule comes from benchmarks/bench.py --fold-routes: both routes timed in
 one run on the suite's rows, in both layouts, float32 and bfloat16, on an
 H200 (BENCHMARKS.md, "Fold: the kernel or the lax route"). A class goes to
-the lax route where XLA's fusion of it was faster on every measured row.
+the lax route where XLA's fusion of it was faster or level on every measured
+row; everything unmeasured keeps the kernel.
 """
 
 from __future__ import annotations
@@ -38,20 +39,27 @@ def fold_algorithm(window: Window, spatial, dtype, channels_last: bool, platform
     return OWN, "on the CPU the project's fold is one pass over the columns"
   if any(l != 1 for l in window.lhs_dilation):
     return OWN, "an lhs-dilated window (a transposed convolution's): not measured on the lax route"
+  strided = any(st != 1 for st in window.stride)
+  dtype = np.dtype(dtype)
   if channels_last:
-    return OWN, "channels-last: own / lax route 0.19-1.06 (H200)"
-  strided = any(s != 1 for s in window.stride)
-  half = np.dtype(dtype).itemsize == 2
-  if strided:
-    if not half:
+    if dtype == np.float32 and not (strided and window.nd > 1):
+      return XLA, ("a float32 channels-last fold at unit stride or 1-D: own / lax route 1.00-1.19 on "
+                   "an H200 (1.11 on 7x7 maps, 1.19 on the 3-D row)")
+    return OWN, ("channels-last: own / lax route 0.47-0.89 on strided 2-D rows (float32), 0.19-1.01 "
+                 "on every half-precision row, on an H200")
+  if dtype == np.float32:
+    if strided:
       return XLA, ("a strided channels-first float32 fold: own / lax route 1.10-1.45 on an H200 "
                    "(3x3 stride 2, the 7x7 stem, the 1-D row)")
+    return OWN, "a float32 channels-first fold at unit stride: own / lax route 0.91-1.01 on an H200"
+  if dtype.itemsize != 2:
+    return OWN, "float64: not measured on the lax route"
+  if strided:
     if window.nd == 1:
       return XLA, "a strided 1-D channels-first half-precision fold: own / lax route 1.69 on an H200"
     return OWN, "a strided 2-D or 3-D half-precision fold: own / lax route 0.79-1.03 on an H200"
-  if (half and window.nd == 2 and window.kernel_size <= _FEW_TAPS
-          and min(spatial) >= _LARGE_MAP):
+  if window.nd == 2 and window.kernel_size <= _FEW_TAPS and min(spatial) >= _LARGE_MAP:
     return XLA, ("a half-precision 2-D fold of at most 9 taps at unit stride on a map of 28 or more "
                  "a side: own / lax route 1.08-1.11 on an H200")
-  return OWN, ("channels-first at unit stride: own / lax route 0.91-1.01 in float32, 0.57 (3x3x3) "
-               "and 0.93-0.95 (maps of 14 and 7) in half precision, on an H200")
+  return OWN, ("a half-precision channels-first fold at unit stride on a small map or in 3-D: own / "
+               "lax route 0.93-0.95 (maps of 14 and 7), 0.57 (3x3x3) on an H200")
