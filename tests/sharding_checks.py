@@ -491,14 +491,21 @@ COLUMN_CASES = [
 ]
 
 
+@pytest.mark.parametrize("setting", ["own", "auto"])
 @pytest.mark.parametrize("layout", ["cl", "cf"])
 @pytest.mark.parametrize("name,shard,fwd,grad", COLUMN_CASES,
                          ids=[f"{c[0]}-{'-'.join(c[1])}" for c in COLUMN_CASES])
-def test_columns_partition(name, shard, fwd, grad, layout):
+def test_columns_partition(name, shard, fwd, grad, layout, setting):
   """unfold / fold keep the batch and channel shardings with no collective,
   except channels-last columns of a K > 1 window, which cannot hold a
   channel block: their image's channels are gathered (one all-gather; the
-  gradient's fold slices its channels locally)."""
+  gradient's fold slices its channels locally). Under "auto" on the CPU each
+  shard's fold is the lax route (columns/fold_selection.py)."""
+  with j.force_algorithm(setting):
+    _check_columns_partition(name, shard, fwd, grad, layout)
+
+
+def _check_columns_partition(name, shard, fwd, grad, layout):
   f = _columns_programs(name, layout)
   rng = np.random.default_rng(0)
   x = rng.standard_normal((8, 8, 8, 8))

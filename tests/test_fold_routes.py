@@ -84,10 +84,10 @@ def test_xla_route_equals_the_kernel(platform, dtype, channels_last):
         assert_bits_equal(fold_with(setting, cols, w, spatial, channels_last), want)
 
 
-@pytest.mark.parametrize("platform", [p for p in PLATFORMS if p.id == "gpu"])
+@pytest.mark.parametrize("platform", PLATFORMS)
 def test_auto_route_on_suite_windows(platform):
   """The public fold under "auto" on the benchmark's windows, both layouts,
-  against the project's kernel (on the CPU "auto" is the kernel)."""
+  against the project's kernel."""
   rng = np.random.default_rng(3)
   cases = [((3, 3), (1, 1), (1, 1), (28, 30)), ((3, 3), (1, 1), (1, 1), (7, 7)),
            ((3, 3), (2, 2), (1, 1), (29, 29)), ((7, 7), (2, 2), (3, 3), (30, 28)),
@@ -157,10 +157,14 @@ def test_rule():
   assert pick(w1d, (3199,), f32, cl=True) == "xla"
   assert pick(w3s2, (56, 56), f32, cl=True) == pick(stem, (224, 224), f32, cl=True) == "own"
   assert pick(w3, (56, 56), bf16, cl=True) == pick(w1d, (3199,), f16, cl=True) == "own"
-  # float64 (not measured), lhs dilation, the CPU: the kernel.
+  # float64 on a GPU (not measured), lhs dilation: the kernel.
   assert pick(w3s2, (56, 56), np.dtype(np.float64)) == "own"
   assert pick(window((3, 3), padding=pad1(2), lhs=(2, 2)), (56, 56), bf16) == "own"
-  assert pick(w3, (56, 56), bf16, platform="cpu") == "own"
+  # The CPU: the lax route, but for half-precision channels-last 3-D folds.
+  for w, spatial in ((w3, (7, 7)), (w3s2, (56, 56)), (w1d, (3199,)), (w3d, (4, 8, 8))):
+    for dtype, cl in itertools.product((bf16, f32, np.dtype(np.float64)), (False, True)):
+      want = "own" if (cl and dtype == bf16 and w is w3d) else "xla"
+      assert pick(w, spatial, dtype, cl=cl, platform="cpu") == want
   # The settings: "xla" and "own" force a route; a convolution algorithm's name reads as "own".
   assert pick(w3, (7, 7), f32, cl=True, platform="cpu", setting="xla") == "xla"
   assert pick(w3, (56, 56), bf16, setting="own") == pick(w3, (56, 56), bf16, setting="gemm") == "own"

@@ -55,11 +55,13 @@ def unfold(x, *, window: Window, channels_last: bool):
   return unfold_p.bind(x, window=window, channels_last=channels_last)
 
 
-def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...]):
-  """fold_p, with the algorithm setting of the trace (config.get_algorithm)
-  as a parameter: columns/fold_selection.py reads it at lowering."""
+def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...],
+         algorithm: str | None = None):
+  """fold_p, with an algorithm setting (by default the trace's,
+  config.get_algorithm) as a parameter: columns/fold_selection.py reads it
+  at lowering."""
   return fold_p.bind(cols, window=window, channels_last=channels_last, spatial=spatial,
-                     algorithm=get_algorithm())
+                     algorithm=get_algorithm() if algorithm is None else algorithm)
 
 
 def _unfold_abstract(prim, x, *, window, channels_last):

@@ -85,7 +85,7 @@ def _backward_data_cpu_chunk(dy, w, *, spec, out_dtype, in_spatial):
                             preferred_element_type=acc)  # (G, N, L, Cg*K)
     dcols = jnp.transpose(dcols, (1, 0, 3, 2)).reshape((n, -1, dcols.shape[2]))
   dx = columns.fold(dcols, window=spec.window, channels_last=spec.channels_last,
-                    spatial=tuple(in_spatial))
+                    spatial=tuple(in_spatial), algorithm=spec.algorithm)
   return dx.astype(out_dtype)
 
 
