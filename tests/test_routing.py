@@ -39,6 +39,15 @@ def test_auto_routes_by_class(dtype):
   # and input gradient; ResNet's 3x3 stride 2: XLA's input gradient.
   assert "xla" not in plan(f(32, 56, 56, 96), f(2, 2, 96, 192), (2, 2), "VALID")[:2]
   assert plan(f(64, 56, 56, 128), f(3, 3, 128, 128), (2, 2))[1:] == ("xla", "xla")
+  # ResNet's 3x3 on 7x7 maps: XLA's forward in both types; on 14x14 the project's in bfloat16.
+  assert plan(f(64, 7, 7, 512), f(3, 3, 512, 512))[0] == "xla"
+  assert (plan(f(64, 14, 14, 256), f(3, 3, 256, 256))[0] == "xla") == (dtype == jnp.float32)
+  # The 3-D U-Net's first layer (one input channel): XLA's input gradient, and in float32 every
+  # op; its other 3-D layers the project's kernels.
+  stem3d = plan(f(2, 16, 16, 16, 1), f(3, 3, 3, 1, 32), (1, 1, 1), dn=("NDHWC", "DHWIO", "NDHWC"))
+  assert stem3d == (("xla",) * 3 if dtype == jnp.float32 else ("gemm", "xla", "gemm"))
+  assert "xla" not in plan(f(2, 16, 16, 16, 32), f(3, 3, 3, 32, 32), (1, 1, 1),
+                           dn=("NDHWC", "DHWIO", "NDHWC"))
   # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op, but for
   # the bfloat16 filter gradients on its 28x28 and 14x14 maps; its 7x7 map's and
   # RepLKNet's larger windows keep the project's kernels.
