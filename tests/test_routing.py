@@ -67,6 +67,9 @@ def test_auto_routes_by_class(dtype):
   small_strided = plan(f(64, 28, 28, 192), f(3, 3, 1, 192), (2, 2), groups=192)
   assert small_strided == (("xla", "depthwise", "depthwise") if dtype == jnp.float32
                            else ("depthwise",) * 3)
+  # On the 112² map, the float32 strided filter gradient on XLA's.
+  big = plan(f(64, 112, 112, 96), f(3, 3, 1, 96), (2, 2), groups=96)
+  assert big == (("xla", "depthwise", "xla") if dtype == jnp.float32 else ("depthwise",) * 3)
   strided = plan(f(64, 56, 56, 144), f(3, 3, 1, 144), (2, 2), groups=144)
   assert strided == (("xla", "depthwise", "depthwise") if dtype == jnp.float32
                      else ("depthwise",) * 3)
