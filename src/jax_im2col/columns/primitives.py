@@ -104,7 +104,9 @@ def _unfold_lowering(ctx, x, *, window, channels_last):
 def _fold_lowering(ctx, cols, *, window, channels_last, spatial, algorithm, platform):
   if window.is_identity:
     return _reshape_lowering(ctx, cols)
-  if fold_algorithm(window, spatial, ctx.avals_in[0].dtype, channels_last, platform, algorithm)[0] == XLA:
+  route, _ = fold_algorithm(window, spatial, ctx.avals_in[0].dtype, channels_last, platform,
+                            algorithm)
+  if route == XLA:
     return mlir.lower_fun(
         functools.partial(fold_by_pads, window=window, channels_last=channels_last,
                           spatial=spatial), multiple_results=False)(ctx, cols)
