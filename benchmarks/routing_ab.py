@@ -53,40 +53,12 @@ def stem_forward_half(p) -> bool:
           and np.dtype(p.dtype).itemsize == 2)
 
 
-def strided_input_gradient(p) -> bool:
-  """Input gradients of dense 2-D strided windows other than patchify (window
-  = stride, no padding) and the stems (at most 4 input channels)."""
-  w = p.spec.window
-  patchify = tuple(w.kernel) == tuple(w.stride) and all(lo == hi == 0 for lo, hi in w.padding)
-  return (p.op == "input_gradient" and w.nd == 2 and p.spec.groups == 1 and p.c > 4
-          and any(s != 1 for s in w.stride) and w.kernel_size > 1 and not patchify)
-
-
-def stem_3d(p) -> bool:
-  """3-D convolutions of at most 4 input channels: their input gradient, and in
-  float32 every op."""
-  return (p.spec.window.nd == 3 and p.c <= 4 and p.spec.groups == 1
-          and (p.op == "input_gradient" or np.dtype(p.dtype) == np.float32))
-
-
-def small_map_forward_half(p) -> bool:
-  """Half-precision dense 2-D forwards of windows over 1x1 on maps of at most 7 a side."""
-  w = p.spec.window
-  return (p.op == "forward" and w.nd == 2 and p.spec.groups == 1 and p.c > 4 and w.kernel_size > 1
-          and np.dtype(p.dtype).itemsize == 2 and max(p.in_spatial) <= 7)
-
-
-def strided_depthwise_filter_112(p) -> bool:
-  """Float32 2-D depthwise strided filter gradients of maps of 112 and more a side."""
-  w = p.spec.window
-  return (p.op == "filter_gradient" and w.nd == 2 and p.spec.groups == p.c == p.o
-          and any(s != 1 for s in w.stride) and np.dtype(p.dtype) == np.float32
-          and min(p.in_spatial) >= 112)
-
-
 # The rules on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) and on large-window
 # filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
-# "depthwise_small" and "large_filter_14_28" here until they became rules; under the
+# "depthwise_small" and "large_filter_14_28" here until they became rules, as were,
+# on 2026-11-28, "strided_input_gradient" (dense strided input gradients of
+# overlapping windows), "small_map_forward_half" (_SMALLEST_MAP), "stem_3d" (the 3-D
+# stems) and "strided_depthwise_filter_112" (_LARGE_STRIDED_FILTER_SIDE); under the
 # rules as they stand they would move nothing.
 CANDIDATES = {
     "depthwise_56": depthwise_half(56),
@@ -102,17 +74,6 @@ CANDIDATES = {
     # MobileNetV2's bf16 stem forward (3x3 stride 2 on 224² x 3; own GEMM 0.98x XLA's alone): its
     # step holds two transposes (211 us) that XLA's does not (step_kernels, 2026-11-28).
     "stem_forward": stem_forward_half,
-    # ResNet-50's 3x3 stride-2 input gradients (own / XLA alone 1.00-1.44 in bfloat16, 1.06-1.16
-    # in float32; routing data of 2026-11-27).
-    "strided_input_gradient": strided_input_gradient,
-    # The 3-D U-Net's first layer (one input channel): own / XLA alone 2.49 forward, 1.87 input
-    # gradient, 1.39 filter gradient in float32 (0.86, 1.32, 0.56 in bfloat16).
-    "stem_3d": stem_3d,
-    # ResNet-50's bfloat16 3x3 forward on 7x7 maps (own / XLA alone 1.30).
-    "small_map_forward_half": small_map_forward_half,
-    # MobileNetV2's float32 stride-2 depthwise filter gradient on its 112² map (own / XLA alone 1.55;
-    # 0.53-0.82 on the 56², 28² and 14² maps).
-    "strided_depthwise_filter_112": strided_depthwise_filter_112,
 }
 
 
