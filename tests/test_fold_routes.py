@@ -15,7 +15,8 @@ from conftest import PLATFORMS, on_platform
 from jax_im2col.columns import primitives
 from jax_im2col.columns.fold_selection import fold_algorithm
 from jax_im2col.common.geometry import Window
-from test_unfold_fold import assert_bits_equal, ref_fold, window_index_map
+from test_unfold_fold import (assert_bits_equal, cols_from_layout, image_to_layout, ref_fold,
+                              window_index_map)
 
 FLOATS = [jnp.float16, jnp.bfloat16, np.float32, np.float64]
 
@@ -55,12 +56,9 @@ def columns(rng, w: Window, spatial, channels: int, channels_last: bool, dtype, 
 def reference(cols, w: Window, spatial, channels_last: bool, dtype):
   """A float64 scatter-add (test_unfold_fold's), cast once to `dtype`."""
   index = window_index_map(spatial, w.kernel, w.stride, w.rhs_dilation, w.padding, w.lhs_dilation)
-  cols = np.asarray(cols, np.float64)
-  if channels_last:  # (N, L, K*C) -> (N, C*K, L), and the image back to channels-last
-    n, l, kc = cols.shape
-    cols = cols.reshape(n, l, w.kernel_size, kc // w.kernel_size).transpose(0, 3, 2, 1).reshape(n, kc, l)
-  image = ref_fold(cols, index, spatial)
-  return (np.moveaxis(image, 1, -1) if channels_last else image).astype(dtype)
+  layout = "channels_last" if channels_last else "channels_first"
+  cols = cols_from_layout(np.asarray(cols, np.float64), w.kernel_size, layout)
+  return image_to_layout(ref_fold(cols, index, spatial), layout).astype(dtype)
 
 
 def fold_with(setting: str, cols, w: Window, spatial, channels_last: bool):

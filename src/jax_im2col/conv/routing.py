@@ -68,11 +68,11 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   spec, w = p.spec, p.spec.window
   if device.platform != "cuda" or not spec.channels_last or any(d != 1 for d in w.lhs_dilation):
     return None  # channels-first, transposed: the project's kernels
-  taps = w.kernel_size
+  taps, op = w.kernel_size, p.op
   if w.nd == 1 and taps == 1 and spec.groups == 1:
     return _POINTWISE_1D
   if (w.nd == 3 and spec.groups == 1 and p.c <= _STEM_CHANNELS
-          and (p.op == "input_gradient" or np.dtype(p.dtype) == np.float32)):
+          and (op == "input_gradient" or np.dtype(p.dtype) == np.float32)):
     return ("a 3-D stem (at most 4 input channels): own / XLA 2.49 forward, 1.87 input gradient, "
             "1.39 filter gradient in float32, 1.32 input gradient in bfloat16 (the U-Net's first "
             "layer; its bfloat16 forward 0.86 and filter gradient 0.56 stay); the U-Net's float32 "
@@ -81,7 +81,6 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   if w.nd != 2 or any(d != 1 for d in w.rhs_dilation):
     return None  # 1-D, 3-D, dilated: the project's kernels
   strided = any(s != 1 for s in w.stride)
-  op = p.op
   if spec.groups == p.c == p.o:
     if taps >= _DEPTHWISE_MIN_TAPS:
       side = max(p.in_spatial)
