@@ -23,6 +23,7 @@
 
 #include "columns/columns.h"
 #include "columns/columns_generic.cuh"
+#include "columns/fold_cf_shifted.cuh"
 #include "columns/fold_cf_window.cuh"
 #include "columns/fold_cl_taps.cuh"
 #include "columns/fold_staged.cuh"
@@ -684,6 +685,20 @@ bool fold_window_on() {
   return on;
 }
 
+// JAX_IM2COL_NO_CF_FOLD_SHIFTED=1 leaves the 2-byte same-extent windows to
+// the window fold (docs/optimization-log.md, step 124).
+bool fold_shifted_on() {
+  static const bool on = switch_on(Switch::kFoldShifted);
+  return on;
+}
+
+// JAX_IM2COL_NO_CF_FOLD_WINDOW_S2_HALF=1 leaves the 2-byte stride-2 windows
+// to the vector fold (docs/optimization-log.md, step 124).
+bool fold_window_s2_half_on() {
+  static const bool on = switch_on(Switch::kFoldWindowS2Half);
+  return on;
+}
+
 // JAX_IM2COL_NO_STAGED_FOLD=1 leaves the staged fold's shapes to the
 // per-thread gather (docs/optimization-log.md, step 58).
 bool staged_fold_on() {
@@ -767,19 +782,38 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];
+  // 2-byte windows of 3 taps whose extents the fold keeps along every
+  // dimension but the first, on shifted 8-byte groups (fold_cf_shifted.cuh).
+  if constexpr (sizeof(TC) == 2) {
+    FoldShiftedPlan sp;
+    if (fold_shifted_on() && plan_fold_shifted(g, lay, C, nc, &sp)) {
+      const bool vector_store = g.in_size % kShiftedRun == 0 && aligned_to(x, sizeof(TX) * kShiftedRun);
+      fold_cf_shifted_kernel<ND, TC, TX><<<blocks_for(sp.items), kThreads, 0, stream>>>(
+          cols, x, g, C, n0, lay, sp, accumulate, vector_store);
+      return cudaGetLastError();
+    }
+  }
   // Windows of 3 taps a dimension fixed at compile time (fold_cf_window.cuh):
-  // at unit stride; at stride 2 for 4- and 8-byte elements (2-byte ones are
-  // faster in the vector fold there: docs/optimization-log.md, step 116).
+  // at unit stride; at stride 2 where each tap's element of the cell is known
+  // at compile time, or for 4- and 8-byte elements (2-byte ones with the
+  // cell's elements read at run time were faster in the vector fold:
+  // docs/optimization-log.md, steps 116 and 124).
   constexpr int E = fold_window_elements<TC>();
   const bool s2 = g.stride[0] == 2;
+  const int parity = window_cell_parity(g);
+  const bool s2_fits = sizeof(TC) >= 4 || (parity >= 0 && fold_window_s2_half_on());
   FoldWindowPlan wp;
-  if (fold_window_on() && (!s2 || sizeof(TC) >= 4) && plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) {
+  if (fold_window_on() && (!s2 || s2_fits) && plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) {
     const int64_t pair = s2 ? 2 : E;
     const bool vector_store = width % pair == 0 && aligned_to(x, sizeof(TX) * pair);
     if (s2) {
-      if constexpr (sizeof(TC) >= 4)
-        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX><<<blocks_for(wp.items), kThreads, 0, stream>>>(
-            cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+      auto launch = [&](auto par) {
+        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX, decltype(par)::value>
+            <<<blocks_for(wp.items), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, wp, accumulate, vector_store);
+      };
+      if (parity == 0) launch(std::integral_constant<int, 0>{});
+      else if (parity == 1) launch(std::integral_constant<int, 1>{});
+      else launch(std::integral_constant<int, -1>{});
     } else {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, wp, accumulate, vector_store);

@@ -4,7 +4,8 @@
 // run time. At unit stride a thread sums E consecutive elements of one input
 // line (E = 2 for 2-byte elements: they share the decomposition of the
 // thread's index and the outer dimensions' taps); at stride 2 a cell of 2^ND
-// (fold_cf_window_s2_kernel below; 4- and 8-byte elements only). Every tap's position, validity and address is
+// (fold_cf_window_s2_kernel below; 2-byte elements only where the cell's
+// taps are known at compile time). Every tap's position, validity and address is
 // straight-line code, all T^ND x E loads are issued before the first add, and
 // each warp's load of one tap is one contiguous run of the columns.
 //
@@ -198,7 +199,12 @@ fold_cf_window_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry 
 // of the cell's T^ND taps reads one column entry, for one element (a[j]),
 // and a warp's loads of a tap are consecutive entries: no load is wasted on
 // the strided positions a one-element thread would test.
-template <int T>
+//
+// PAR >= 0: every dilation odd and every pad_lo of parity PAR, so tap j's
+// element is (PAR + j) & 1 at compile time and each tap adds into one sum
+// (with PAR < 0, read at run time, every tap is added to every sum of the
+// cell, -0 where it reads for another: 2^ND times the adds).
+template <int T, int PAR>
 __device__ __forceinline__ void cell_positions(const Geometry& g, int d, int32_t q0, int32_t* o, int32_t* a,
                                                bool* ok) {
   const int32_t r0 = q0 + static_cast<int32_t>(g.pad_lo[d]), dil = static_cast<int32_t>(g.rhs_dilation[d]);
@@ -206,13 +212,22 @@ __device__ __forceinline__ void cell_positions(const Geometry& g, int d, int32_t
 #pragma unroll
   for (int j = 0; j < T; ++j) {
     const int32_t r = r0 - j * dil;
-    a[j] = r & 1;
+    a[j] = PAR < 0 ? r & 1 : (PAR + j) & 1;
     o[j] = (r + a[j]) >> 1;
     ok[j] = o[j] >= 0 && o[j] < out && q0 + a[j] < in;
   }
 }
 
-template <int ND, int T, typename TC, typename TX>
+// The parity PAR of cell_positions where every dilation is odd and every
+// pad_lo of one parity, else -1.
+inline int window_cell_parity(const Geometry& g) {
+  const int par = static_cast<int>(g.pad_lo[0] & 1);
+  for (int d = 0; d < g.nd; ++d)
+    if ((g.rhs_dilation[d] & 1) == 0 || static_cast<int>(g.pad_lo[d] & 1) != par) return -1;
+  return par;
+}
+
+template <int ND, int T, typename TC, typename TX, int PAR = -1>
 __global__ void __launch_bounds__(kThreads)
 fold_cf_window_s2_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geometry g, int64_t C, int64_t n0,
                          ColumnsLayout lay, FoldWindowPlan p, bool accumulate, bool vector_store) {
@@ -232,7 +247,7 @@ fold_cf_window_s2_kernel(const TC* __restrict__ cols, TX* __restrict__ x, Geomet
     int32_t o[ND][T], a[ND][T];
     bool ok[ND][T];
 #pragma unroll
-    for (int d = 0; d < ND; ++d) cell_positions<T>(g, d, 2 * b[d], o[d], a[d], ok[d]);
+    for (int d = 0; d < ND; ++d) cell_positions<T, PAR>(g, d, 2 * b[d], o[d], a[d], ok[d]);
     const TC* base = cols + n * lay.image_stride + static_cast<int64_t>(c) * block;
     keep_in_register(base);
     TC v[K];

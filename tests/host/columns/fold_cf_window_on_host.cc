@@ -4,8 +4,9 @@
 // of 3 taps a dimension: 1-, 2- and 3-D, strides 1 and 2, dilations and
 // paddings (negative ones too), gaps between rows and between images,
 // accumulation into x, x misaligned at times (scalar stores), each dtype
-// family (2-byte ones at stride 2 too: the launcher leaves them to the
-// vector fold, the kernel takes them), float columns into bfloat16 x. The
+// family (2-byte ones at stride 2 too), float columns into bfloat16 x; at
+// stride 2 the cell's taps at compile time where every dilation is odd and
+// every low padding of one parity, as the launcher takes them. The
 // kernels have no shared memory and no barrier, so their threads run one
 // after another. Run by tests/test_kernels_on_host.py; prints "N passed, M
 // failed".
@@ -37,6 +38,7 @@ Geometry random_geometry(int nd, int S) {
 }
 
 int vector_stores = 0;  // cases that took the vector stores (E > 1)
+int parities[3] = {0, 0, 0};  // stride-2 cases by window_cell_parity: -1, 0, 1
 
 // S = 1: fold_cf_window_kernel (E elements a thread), S = 2:
 // fold_cf_window_s2_kernel (cells of 2^ND).
@@ -73,9 +75,19 @@ bool one_case() {
     if constexpr (S == 1) {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E>(cols.data(), x, g, C, n0, lay, plan, accumulate,
                                                             vector_store);
-    } else {
-      fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX>(cols.data(), x, g, C, n0, lay, plan, accumulate,
-                                                            vector_store);
+    } else {  // the cell's taps at compile time where the launcher takes them so
+      const int parity = window_cell_parity(g);
+      parities[parity + 1] += 1;
+      if (parity == 0) {
+        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX, 0>(cols.data(), x, g, C, n0, lay, plan, accumulate,
+                                                                 vector_store);
+      } else if (parity == 1) {
+        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX, 1>(cols.data(), x, g, C, n0, lay, plan, accumulate,
+                                                                 vector_store);
+      } else {
+        fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX>(cols.data(), x, g, C, n0, lay, plan, accumulate,
+                                                              vector_store);
+      }
     }
   });
   for (size_t i = 0; i < x0.size(); ++i) {
@@ -163,8 +175,9 @@ int main(int argc, char** argv) {
     run(one_case<3, float, float, 2>());
     run(one_case<3, __half, __half, 2>());
   }
-  if (vector_stores == 0) {
-    std::printf("FAIL: no case took the vector stores\n");
+  if (vector_stores == 0 || parities[0] == 0 || parities[1] == 0 || parities[2] == 0) {
+    std::printf("FAIL: no case took the vector stores (%d) or a stride-2 parity (%d, %d, %d)\n", vector_stores,
+                parities[0], parities[1], parities[2]);
     run(false);
   }
   return run.report();
