@@ -23,7 +23,6 @@
 
 #include "columns/columns.h"
 #include "columns/columns_generic.cuh"
-#include "columns/fold_cf_shifted.cuh"
 #include "columns/fold_cf_window.cuh"
 #include "columns/fold_cl_taps.cuh"
 #include "columns/fold_staged.cuh"
@@ -685,13 +684,6 @@ bool fold_window_on() {
   return on;
 }
 
-// JAX_IM2COL_NO_CF_FOLD_SHIFTED=1 leaves the 2-byte same-extent windows to
-// the window fold (docs/optimization-log.md, step 124).
-bool fold_shifted_on() {
-  static const bool on = switch_on(Switch::kFoldShifted);
-  return on;
-}
-
 // JAX_IM2COL_NO_CF_FOLD_WINDOW_S2_HALF=1 leaves the 2-byte stride-2 windows
 // to the vector fold (docs/optimization-log.md, step 124).
 bool fold_window_s2_half_on() {
@@ -782,17 +774,6 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
     return cudaGetLastError();
   }
   const int64_t width = g.in[ND - 1];
-  // 2-byte windows of 3 taps whose extents the fold keeps along every
-  // dimension but the first, on shifted 8-byte groups (fold_cf_shifted.cuh).
-  if constexpr (sizeof(TC) == 2) {
-    FoldShiftedPlan sp;
-    if (fold_shifted_on() && plan_fold_shifted(g, lay, C, nc, &sp)) {
-      const bool vector_store = g.in_size % kShiftedRun == 0 && aligned_to(x, sizeof(TX) * kShiftedRun);
-      fold_cf_shifted_kernel<ND, TC, TX><<<blocks_for(sp.items), kThreads, 0, stream>>>(
-          cols, x, g, C, n0, lay, sp, accumulate, vector_store);
-      return cudaGetLastError();
-    }
-  }
   // Windows of 3 taps a dimension fixed at compile time (fold_cf_window.cuh):
   // at unit stride; at stride 2 where each tap's element of the cell is known
   // at compile time, or for 4- and 8-byte elements (2-byte ones with the
@@ -811,9 +792,13 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
         fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX, decltype(par)::value>
             <<<blocks_for(wp.items), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, wp, accumulate, vector_store);
       };
-      if (parity == 0) launch(std::integral_constant<int, 0>{});
-      else if (parity == 1) launch(std::integral_constant<int, 1>{});
-      else launch(std::integral_constant<int, -1>{});
+      if (parity == 0) {
+        launch(std::integral_constant<int, 0>{});
+      } else if (parity == 1) {
+        launch(std::integral_constant<int, 1>{});
+      } else if constexpr (sizeof(TC) >= 4) {
+        launch(std::integral_constant<int, -1>{});
+      }
     } else {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(
           cols, x, g, C, n0, lay, wp, accumulate, vector_store);

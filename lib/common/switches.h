@@ -45,8 +45,6 @@ namespace im2col {
     "2-D channels-last unfold of few channels in groups of whole 16-byte vectors (columns/unfold_cl_groups.cuh)") \
   X(kFoldWindow, "JAX_IM2COL_NO_CF_FOLD_WINDOW", \
     "channels-first fold of 3-tap windows fixed at compile time (columns/fold_cf_window.cuh)") \
-  X(kFoldShifted, "JAX_IM2COL_NO_CF_FOLD_SHIFTED", \
-    "channels-first 2-byte fold of same-extent 3-tap windows on shifted 8-byte groups (columns/fold_cf_shifted.cuh)") \
   X(kFoldWindowS2Half, "JAX_IM2COL_NO_CF_FOLD_WINDOW_S2_HALF", \
     "channels-first 2-byte fold of 3-tap stride-2 windows in cells whose taps are known at compile time (columns/fold_cf_window.cuh)") \
   X(kStagedFold, "JAX_IM2COL_NO_STAGED_FOLD", \

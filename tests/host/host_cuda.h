@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #undef __global__
 #undef __device__
@@ -44,9 +43,4 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
   return static_cast<unsigned>(((uint64_t{hi} << 32) | lo) >> (shift & 31));
-}
-inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
 }
