@@ -775,14 +775,14 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
   }
   const int64_t width = g.in[ND - 1];
   // Windows of 3 taps a dimension fixed at compile time (fold_cf_window.cuh):
-  // at unit stride; at stride 2 where each tap's element of the cell is known
-  // at compile time, or for 4- and 8-byte elements (2-byte ones with the
-  // cell's elements read at run time were faster in the vector fold:
+  // at unit stride; at stride 2 for 4- and 8-byte elements, and for 2-byte
+  // ones in 2-D and 3-D where each tap's element of the cell is known at
+  // compile time (the vector fold was faster for the others, 1-D included:
   // docs/optimization-log.md, steps 116 and 124).
   constexpr int E = fold_window_elements<TC>();
   const bool s2 = g.stride[0] == 2;
   const int parity = window_cell_parity(g);
-  const bool s2_fits = sizeof(TC) >= 4 || (parity >= 0 && fold_window_s2_half_on());
+  const bool s2_fits = sizeof(TC) >= 4 || (ND >= 2 && parity >= 0 && fold_window_s2_half_on());
   FoldWindowPlan wp;
   if (fold_window_on() && (!s2 || s2_fits) && plan_fold_window(g, lay, C, nc, s2 ? 1 : E, &wp)) {
     const int64_t pair = s2 ? 2 : E;
@@ -792,12 +792,14 @@ cudaError_t fold_typed(const void* colsv, void* xv, const Geometry& g,
         fold_cf_window_s2_kernel<ND, kFoldWindowTaps, TC, TX, decltype(par)::value>
             <<<blocks_for(wp.items), kThreads, 0, stream>>>(cols, x, g, C, n0, lay, wp, accumulate, vector_store);
       };
-      if (parity == 0) {
-        launch(std::integral_constant<int, 0>{});
-      } else if (parity == 1) {
-        launch(std::integral_constant<int, 1>{});
-      } else if constexpr (sizeof(TC) >= 4) {
-        launch(std::integral_constant<int, -1>{});
+      if constexpr (sizeof(TC) >= 4 || ND >= 2) {
+        if (parity == 0) {
+          launch(std::integral_constant<int, 0>{});
+        } else if (parity == 1) {
+          launch(std::integral_constant<int, 1>{});
+        } else if constexpr (sizeof(TC) >= 4) {
+          launch(std::integral_constant<int, -1>{});
+        }
       }
     } else {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E><<<blocks_for(wp.items), kThreads, 0, stream>>>(

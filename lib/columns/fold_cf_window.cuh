@@ -4,8 +4,8 @@
 // run time. At unit stride a thread sums E consecutive elements of one input
 // line (E = 2 for 2-byte elements: they share the decomposition of the
 // thread's index and the outer dimensions' taps); at stride 2 a cell of 2^ND
-// (fold_cf_window_s2_kernel below; 2-byte elements only where the cell's
-// taps are known at compile time). Every tap's position, validity and address is
+// (fold_cf_window_s2_kernel below; 2-byte elements only in 2-D and 3-D where
+// the cell's taps are known at compile time). Every tap's position, validity and address is
 // straight-line code, all T^ND x E loads are issued before the first add, and
 // each warp's load of one tap is one contiguous run of the columns.
 //

@@ -46,7 +46,7 @@ namespace im2col {
   X(kFoldWindow, "JAX_IM2COL_NO_CF_FOLD_WINDOW", \
     "channels-first fold of 3-tap windows fixed at compile time (columns/fold_cf_window.cuh)") \
   X(kFoldWindowS2Half, "JAX_IM2COL_NO_CF_FOLD_WINDOW_S2_HALF", \
-    "channels-first 2-byte fold of 3-tap stride-2 windows in cells whose taps are known at compile time (columns/fold_cf_window.cuh)") \
+    "channels-first 2-byte fold of 2-D and 3-D 3-tap stride-2 windows in cells whose taps are known at compile time (columns/fold_cf_window.cuh)") \
   X(kStagedFold, "JAX_IM2COL_NO_STAGED_FOLD", \
     "channels-first fold of planes staged whole in shared memory (columns/fold_staged.cuh)") \
   X(kFoldTaps, "JAX_IM2COL_NO_FOLD_TAPS", \

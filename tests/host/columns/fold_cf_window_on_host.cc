@@ -5,8 +5,9 @@
 // paddings (negative ones too), gaps between rows and between images,
 // accumulation into x, x misaligned at times (scalar stores), each dtype
 // family (2-byte ones at stride 2 too), float columns into bfloat16 x; at
-// stride 2 the cell's taps at compile time where every dilation is odd and
-// every low padding of one parity, as the launcher takes them. The
+// stride 2 the cell's taps at compile time wherever every dilation is odd
+// and every low padding of one parity (the launcher's choice for 4- and
+// 8-byte elements, and 2-byte ones in 2-D and 3-D). The
 // kernels have no shared memory and no barrier, so their threads run one
 // after another. Run by tests/test_kernels_on_host.py; prints "N passed, M
 // failed".
@@ -75,7 +76,7 @@ bool one_case() {
     if constexpr (S == 1) {
       fold_cf_window_kernel<ND, kFoldWindowTaps, TC, TX, E>(cols.data(), x, g, C, n0, lay, plan, accumulate,
                                                             vector_store);
-    } else {  // the cell's taps at compile time where the launcher takes them so
+    } else {  // the cell's taps at compile time where the parities allow
       const int parity = window_cell_parity(g);
       parities[parity + 1] += 1;
       if (parity == 0) {
