@@ -744,9 +744,17 @@ def torch_window_kwargs(case: Case) -> dict:
   return dict(kernel_size=case.kernel, dilation=case.dilation, padding=case.symmetric_pad, stride=case.stride)
 
 
-def ours_unfold_fn(case: Case, layout: str):
+def ours_unfold_fn(case: Case, layout: str, algorithm: str | None = None):
+  """Our unfold; with `algorithm` ("own" or "xla"), that route forced where
+  the rules (columns/unfold_selection.py) would choose."""
   f = J.unfold if layout == "cf" else J.unfold_channels_last
-  return lambda x: f(x, case.kernel, case.dilation, case.pads, case.stride)
+  if algorithm is None:
+    return lambda x: f(x, case.kernel, case.dilation, case.pads, case.stride)
+
+  def forced(x):
+    with J.force_algorithm(algorithm):
+      return f(x, case.kernel, case.dilation, case.pads, case.stride)
+  return forced
 
 
 def xla_patches_fn(case: Case, layout: str):
@@ -919,6 +927,9 @@ def op_unfold(b: Bench, case: Case, dt: str, layout: str):
                      ideal_ms=moved / b.ceilings["copy_gbps"] / 1e6 if b.ceilings.get("copy_gbps") else None)
   sets = b.data.sets([xs], dtype)
   b.run_jax(base, "ours", ours_unfold_fn(case, layout), sets)
+  if b.args.unfold_routes:
+    for route in ("own", "xla"):
+      b.run_jax(base, f"ours_{route}", ours_unfold_fn(case, layout, route), sets)
   b.run_jax(base, "jax", jax_unfold_fn(case, layout), sets)
   if b.args.patches:
     b.run_jax(base, "xla", xla_patches_fn(case, layout), sets)
@@ -1286,9 +1297,11 @@ SECTIONS = {
                          ("nocap temp MB", lambda row, c: row.get("ours_nocap", {}).get("temp_mb"), 1)]),
     "unfold": dict(title="Unfold / im2col (ms); jax = pad + a strided slice per tap + stack; ceiling = the image "
                          "broadcast to columns / image copies (float32, the same bytes: write-dominated); "
-                         "copy = float32 x + 1 over the same bytes; xla (--patches) = conv_general_dilated_patches",
-                   impls=["ours", "jax", "torch", "ceiling", "copy", "xla"],
-                   ratios=[("ours/jax", "ours", "jax"), ("ours/torch", "ours", "torch"), ("ours/xla", "ours", "xla")],
+                         "copy = float32 x + 1 over the same bytes; xla (--patches) = conv_general_dilated_patches; "
+                         "ours_own / ours_xla (--unfold-routes) = our unfold with each route forced",
+                   impls=["ours", "ours_own", "ours_xla", "jax", "torch", "ceiling", "copy", "xla"],
+                   ratios=[("ours/jax", "ours", "jax"), ("own/jax", "ours_own", "jax"), ("xla/jax", "ours_xla", "jax"),
+                           ("ours/torch", "ours", "torch"), ("ours/xla", "ours", "xla")],
                    derived=[("ideal", lambda row, c: first(row, "ideal_ms"), 3),
                             ("ours % copy BW", lambda row, c: pct_bw(row, c), 1),
                             ("ours % ceiling", lambda row, c: pct_of(row, "ceiling"), 1),
@@ -1588,6 +1601,9 @@ def parse_args(argv=None):
   p.add_argument("--patches", action="store_true",
                  help="also time lax.conv_general_dilated_patches (unfold) and its VJP (fold) as peers "
                       "(\"xla\"; slow one-hot convolutions, off by default to keep within the deadline)")
+  p.add_argument("--unfold-routes", action="store_true",
+                 help="also time our unfold with each route forced (ours_own: the project's kernel; ours_xla: "
+                      "the lax slices XLA compiles; columns/unfold_selection.py chooses between them)")
   p.add_argument("--fold-routes", action="store_true",
                  help="also time our fold with each route forced (ours_own: the project's kernel; ours_xla: "
                       "the lax formulation XLA fuses; columns/fold_selection.py chooses between them)")

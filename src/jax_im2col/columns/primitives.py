@@ -24,6 +24,8 @@ from ..common.primitive import empty_safe, make_primitive
 from ..sharding import partitioned
 from .fold_by_pads import fold_by_pads
 from .fold_selection import XLA, fold_algorithm
+from .unfold_by_slices import unfold_by_slices
+from .unfold_selection import unfold_algorithm
 
 unfold_p = make_primitive("im2col_unfold")
 fold_p = make_primitive("im2col_fold")
@@ -51,8 +53,12 @@ def image_shape(n: int, channels: int, spatial, channels_last: bool):
   return (n, *spatial, channels) if channels_last else (n, channels, *spatial)
 
 
-def unfold(x, *, window: Window, channels_last: bool):
-  return unfold_p.bind(x, window=window, channels_last=channels_last)
+def unfold(x, *, window: Window, channels_last: bool, algorithm: str | None = None):
+  """unfold_p, with an algorithm setting (by default the trace's,
+  config.get_algorithm) as a parameter: columns/unfold_selection.py reads it
+  at lowering."""
+  return unfold_p.bind(x, window=window, channels_last=channels_last,
+                       algorithm=get_algorithm() if algorithm is None else algorithm)
 
 
 def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...],
@@ -64,11 +70,12 @@ def fold(cols, *, window: Window, channels_last: bool, spatial: tuple[int, ...],
                      algorithm=get_algorithm() if algorithm is None else algorithm)
 
 
-def _unfold_abstract(prim, x, *, window, channels_last):
+def _unfold_abstract(prim, x, *, window, channels_last, algorithm):
   shape = columns_shape(x.shape[0], image_channels(x.shape, channels_last), window,
                         image_spatial(x.shape, channels_last), channels_last)
-  return partitioned.result_type(prim.name, dict(window=window, channels_last=channels_last),
-                                 [x], shape, x.dtype)
+  return partitioned.result_type(
+      prim.name, dict(window=window, channels_last=channels_last, algorithm=algorithm), [x], shape,
+      x.dtype)
 
 
 def _fold_abstract(prim, cols, *, window, channels_last, spatial, algorithm):
@@ -93,9 +100,16 @@ def _reshape_lowering(ctx, operand):
 
 
 @empty_safe
-def _unfold_lowering(ctx, x, *, window, channels_last):
+def _unfold_lowering(ctx, x, *, window, channels_last, algorithm, platform):
   if window.is_identity:
     return _reshape_lowering(ctx, x)
+  aval = ctx.avals_in[0]
+  route, _ = unfold_algorithm(window, image_spatial(aval.shape, channels_last),
+                              image_channels(aval.shape, channels_last), aval.dtype, channels_last,
+                              platform, algorithm)
+  if route == XLA:
+    return mlir.lower_fun(functools.partial(unfold_by_slices, window=window, channels_last=channels_last),
+                          multiple_results=False)(ctx, x)
   return jax.ffi.ffi_lowering(_ffi.UNFOLD)(ctx, x, channels_last=channels_last,
                                            **window.ffi_attributes())
 
@@ -130,7 +144,8 @@ def _register():
   fold_rule = partitioned.partitioned_lowering(fold_p, fold_shard_p,
                                                ColumnsRules(fold_shard_p, unfold=False))
   for platform in ("cpu", "cuda"):
-    mlir.register_lowering(unfold_shard_p, _unfold_lowering, platform=platform)
+    mlir.register_lowering(unfold_shard_p, functools.partial(_unfold_lowering, platform=platform),
+                           platform=platform)
     mlir.register_lowering(fold_shard_p, functools.partial(_fold_lowering, platform=platform),
                            platform=platform)
     mlir.register_lowering(unfold_p, _identity_or(unfold_rule), platform=platform)
@@ -140,21 +155,21 @@ def _register():
 _register()
 
 
-def _unfold_transpose(ct, x, *, window, channels_last):
+def _unfold_transpose(ct, x, *, window, channels_last, algorithm):
   assert ad.is_undefined_primal(x)
   if type(ct) is ad.Zero:
     return [ad.Zero(x.aval)]
   return [partitioned.like_primal(
       fold(ct, window=window, channels_last=channels_last,
-           spatial=image_spatial(x.aval.shape, channels_last)), x.aval)]
+           spatial=image_spatial(x.aval.shape, channels_last), algorithm=algorithm), x.aval)]
 
 
 def _fold_transpose(ct, cols, *, window, channels_last, spatial, algorithm):
   assert ad.is_undefined_primal(cols)
   if type(ct) is ad.Zero:
     return [ad.Zero(cols.aval)]
-  return [partitioned.like_primal(unfold(ct, window=window, channels_last=channels_last),
-                                  cols.aval)]
+  return [partitioned.like_primal(
+      unfold(ct, window=window, channels_last=channels_last, algorithm=algorithm), cols.aval)]
 
 
 def _linear_jvp(prim):

@@ -35,7 +35,7 @@ def _acc_dtype(dtype):
 
 def _grouped_columns(x, spec):
   """Columns of x split by group: (N, G, Cg*K, L) cf or (N, L, K, G, Cg) cl."""
-  cols = columns.unfold(x, window=spec.window, channels_last=spec.channels_last)
+  cols = columns.unfold(x, window=spec.window, channels_last=spec.channels_last, algorithm=spec.algorithm)
   n, g, k = x.shape[0], spec.groups, spec.window.kernel_size
   if spec.channels_last:
     return cols.reshape((n, cols.shape[1], k, g, -1))
