@@ -44,8 +44,9 @@ SETTINGS = (
             "'auto': the measured rules choose, per op, between the project's kernels and XLA's "
             "convolution; 'own': the project's kernels only; or one algorithm's name (" +
             ", ".join(ALGORITHMS) + ") for every op it applies to (an op it does not apply to "
-            "raises ValueError at trace time). fold reads it too: 'auto' its measured rule, "
-            "'xla' its lax route for every float16-float64 fold, any other value its kernel"),
+            "raises ValueError at trace time). fold and unfold read it too: 'auto' their measured "
+            "rules, 'xla' their lax routes (fold: every float16-float64 fold; unfold: every dtype but "
+            "bfloat16 and float8), any other value their kernels"),
 )
 
 _workspace_limit = jax.make_user_context(default_value=None)
