@@ -27,6 +27,14 @@ def window(kernel, stride=None, dilation=None, padding=None, lhs=None) -> Window
                 tuple(lhs or (1,) * nd), tuple(padding or ((0, 0),) * nd))
 
 
+def suite_windows():
+  """The benchmark suite's window classes: 3x3 at unit stride and stride 2,
+  the 7x7 stride-2 stem, the strided 1-D window and 3x3x3."""
+  pad1 = lambda nd: ((1, 1),) * nd
+  return (window((3, 3), padding=pad1(2)), window((3, 3), (2, 2), padding=pad1(2)),
+          window((7, 7), (2, 2), padding=((3, 3),) * 2), window((3,), (2,)), window((3, 3, 3), padding=pad1(3)))
+
+
 def random_windows(seed: int, count: int):
   """Windows over 1-3 dimensions that fit their input: strides, dilations,
   padding and cropping (negative padding), and some with lhs dilation."""
@@ -133,9 +141,7 @@ def test_rule():
   """The measured classes (columns/fold_selection.py), and the settings."""
   bf16, f16, f32 = np.dtype(jnp.bfloat16), np.dtype(jnp.float16), np.dtype(np.float32)
   pad1 = lambda nd: ((1, 1),) * nd
-  w3, w3s2 = window((3, 3), padding=pad1(2)), window((3, 3), (2, 2), padding=pad1(2))
-  stem = window((7, 7), (2, 2), padding=((3, 3),) * 2)
-  w1d, w3d = window((3,), (2,)), window((3, 3, 3), padding=pad1(3))
+  w3, w3s2, stem, w1d, w3d = suite_windows()
   pick = lambda w, spatial, dtype, cl=False, platform="cuda", setting="auto": fold_algorithm(
       w, spatial, dtype, cl, platform, setting)[0]
   # Half precision, channels-first: 3x3 at unit stride on maps of 28 and more, and the

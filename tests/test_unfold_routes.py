@@ -16,7 +16,7 @@ from conftest import PLATFORMS, on_platform
 from jax_im2col.columns import primitives
 from jax_im2col.columns.unfold_selection import unfold_algorithm
 from test_dtypes import ALL_DTYPES, assert_same_bits, random_bits
-from test_fold_routes import random_windows, window
+from test_fold_routes import random_windows, suite_windows, window
 from test_unfold_fold import cols_to_layout, image_from_layout, ref_unfold, window_index_map
 
 
@@ -104,10 +104,7 @@ def test_gradient_of_fold_takes_the_route():
 def test_rule():
   """The measured classes (columns/unfold_selection.py), and the settings."""
   bf16, f32, f64 = np.dtype(jnp.bfloat16), np.dtype(np.float32), np.dtype(np.float64)
-  pad1 = lambda nd: ((1, 1),) * nd
-  w3, w3s2 = window((3, 3), padding=pad1(2)), window((3, 3), (2, 2), padding=pad1(2))
-  stem = window((7, 7), (2, 2), padding=((3, 3),) * 2)
-  w1d, w3d = window((3,), (2,)), window((3, 3, 3), padding=pad1(3))
+  w3, w3s2, stem, w1d, w3d = suite_windows()
   pick = lambda w, spatial, c, dtype, cl=False, platform="cpu", setting="auto": unfold_algorithm(
       w, spatial, c, dtype, cl, platform, setting)[0]
   # The GPU: the kernel under "auto", whatever the call.

@@ -44,7 +44,6 @@ def unfold_algorithm(window: Window, spatial, channels: int, dtype, channels_las
                  "H200 (0.40-0.70 of its time in geometric mean)")
   if np.dtype(dtype) != np.float32:
     return OWN, "the CPU's lax route measured in float32 only (bfloat16 keeps the kernel everywhere)"
-
   if not channels_last:
     return XLA, ("a float32 channels-first unfold on the CPU: own / lax route 1.0-4.0 over the suite's "
                  "rows at --quick sizes (two cores), 3.3-4.0 on the 14² and 7² maps")
