@@ -10,7 +10,8 @@ so that XLA's own compilation, the clocks and the load are the same for all.
     python benchmarks/routing_ab.py --model convnext_t --candidates large_filter_all
 
 A candidate wraps jax_im2col.conv.routing.xla_is_faster while its step is
-traced, so it costs no rebuild. Prints each step's median ms, its ratio to
+traced, so it costs no rebuild; the "own_" candidates instead keep a class
+that the rules send to XLA's convolution on the project's kernels. Prints each step's median ms, its ratio to
 XLA's, XLA's peak-memory estimate and every repeat, then one JSON line. The
 first calls of a step whose convolutions run on XLA's can take 5-15 s (cuDNN
 picks its algorithms then); they are made before the timed loops.
@@ -76,10 +77,20 @@ CANDIDATES = {
     "stem_forward": stem_forward_half,
 }
 
+# Candidates the other way: ops that the rules send to XLA's convolution kept on
+# the project's kernels.
+OWN_CANDIDATES = {
+    # The half-precision 3x3 depthwise ops at unit stride on maps of 28 or less
+    # (routing.py, _SMALL_MAP), for kernels faster than those the rule measured.
+    "own_depthwise_small": depthwise_half(28),
+}
 
-def with_candidate(applies, rules):
+
+def with_candidate(applies, rules, own=False):
   def xla_is_faster(p, own_algorithm, device):
-    return "candidate rule" if applies(p) else rules(p, own_algorithm, device)
+    if applies(p):
+      return None if own else "candidate rule"
+    return rules(p, own_algorithm, device)
   return xla_is_faster
 
 
@@ -93,9 +104,9 @@ def add_step_arguments(parser: argparse.ArgumentParser, model: str, candidates: 
 
 def candidate_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
   names = [c for c in text.split(",") if c]
-  unknown = sorted(set(names) - set(CANDIDATES))
+  unknown = sorted(set(names) - set(CANDIDATES) - set(OWN_CANDIDATES))
   if unknown:
-    parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES)}")
+    parser.error(f"unknown candidates {unknown}; known: {sorted(CANDIDATES) + sorted(OWN_CANDIDATES)}")
   return names
 
 
@@ -104,8 +115,8 @@ def compiled_steps(problem, names):
   ("xla"), the rules as they stand ("ours") and each candidate rule, in turn."""
   rules = routing.xla_is_faster
   for name, impl, applies in [("xla", "xla", None), ("ours", "ours", None)] + [
-      (n, "ours", CANDIDATES[n]) for n in names]:
-    routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules)
+      (n, "ours", CANDIDATES.get(n) or OWN_CANDIDATES[n]) for n in names]:
+    routing.xla_is_faster = rules if applies is None else with_candidate(applies, rules, name in OWN_CANDIDATES)
     try:
       state = init_train_state(problem.params, problem.state)
       compiled = train_step(problem.modules[impl]).lower(state, problem.x, problem.labels).compile()

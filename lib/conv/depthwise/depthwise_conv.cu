@@ -8,6 +8,7 @@
 #include "conv/depthwise/depthwise_launch.h"
 #include "conv/depthwise/depthwise_mma_plan.h"
 #include "conv/depthwise/depthwise_stream.cuh"
+#include "conv/depthwise/depthwise_stream_staged.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
 #include "conv/direct/direct_util.cuh"
 
@@ -28,7 +29,8 @@ size_t element_bytes(DataType t) {
 
 // The forward machinery on phases p: channels-last 16-bit windows of 7 taps
 // or more along W at unit stride on the tensor cores, channels-last 3x3
-// windows streamed down the rows where that pays, else the tiles where they
+// windows streamed down the rows where that pays (their rows staged in shared
+// memory where the channels fill 16-byte copies), else the tiles where they
 // fit, else one thread per output element.
 cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataType out, const DwPhases& p, int64_t n,
                        int64_t c, bool cl, cudaStream_t stream) {
@@ -39,6 +41,10 @@ cudaError_t run_phases(const void* x, const void* w, void* y, DataType in, DataT
   if (cl && switch_on(Switch::kDwMma) && p.count == 1 && in == out && elem == 2 && dw_mma_pays(p.g[0]) &&
       plan_dw_mma(p.g[0], n, c, &mma) && aligned_to(x, 16) && aligned_to(y, 16))
     return dw_forward_mma(in, x, w, y, p.g[0], mma, n, c, stream);
+  DwStagedPlan staged;
+  if (cl && switch_on(Switch::kDwStream) && switch_on(Switch::kDwStaged) && plan_dw_staged(p, n, c, elem, &staged) &&
+      dw_staged_pays(p.g[0], staged) && aligned_to(x, 16) && aligned_to(y, v * out_elem))
+    return dw_forward_staged(in, out, x, w, y, p.g[0], staged, c, stream);
   DwStreamPlan s;
   if (cl && switch_on(Switch::kDwStream) && plan_dw_stream(p, n, c, elem, &s) && dw_stream_pays(p.g[0], s) &&
       aligned_to(x, v * elem) && aligned_to(y, v * out_elem))

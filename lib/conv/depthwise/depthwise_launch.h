@@ -31,6 +31,12 @@ struct DwStreamPlan;
 cudaError_t dw_forward_stream(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
                               const DwGeom& g, const DwStreamPlan& s, int64_t c, cudaStream_t stream);
 
+// The same with its input rows staged in shared memory ahead of the products
+// (depthwise_stream_staged.cuh; plan_dw_staged took it).
+struct DwStagedPlan;
+cudaError_t dw_forward_staged(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
+                              const DwGeom& g, const DwStagedPlan& s, int64_t c, cudaStream_t stream);
+
 // The filter gradient's partial sums over the stream's slices s.f, streamed
 // down the rows (depthwise_stream_filter.cuh; plan_dw_stream_filter took it).
 struct DwStreamFilterPlan;

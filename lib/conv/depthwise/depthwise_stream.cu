@@ -1,6 +1,8 @@
-// The launcher of the streaming depthwise forward (depthwise_stream.cuh).
+// The launchers of the streaming depthwise forwards (depthwise_stream.cuh,
+// depthwise_stream_staged.cuh).
 #include "conv/depthwise/depthwise_launch.h"
 #include "conv/depthwise/depthwise_stream.cuh"
+#include "conv/depthwise/depthwise_stream_staged.cuh"
 #include "conv/direct/direct_util.cuh"
 
 namespace im2col::cuda {
@@ -12,6 +14,18 @@ cudaError_t dw_forward_stream(xla::ffi::DataType in, xla::ffi::DataType out, con
     using TY = decltype(out_tag);
     auto kernel = g.stride[1] == 1 ? dw_stream_kernel<1, T, TY> : dw_stream_kernel<2, T, TY>;
     kernel<<<static_cast<unsigned>(s.blocks), kDwStreamThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<TY*>(y), g, s, c);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t dw_forward_staged(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
+                              const DwGeom& g, const DwStagedPlan& s, int64_t c, cudaStream_t stream) {
+  return with_types(in, out, [&](auto tag, auto out_tag) -> cudaError_t {
+    using T = decltype(tag);
+    using TY = decltype(out_tag);
+    auto kernel = g.stride[1] == 1 ? dw_staged_kernel<1, T, TY> : dw_staged_kernel<2, T, TY>;
+    kernel<<<static_cast<unsigned>(s.blocks), kDwStagedThreads, static_cast<size_t>(s.smem), stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(w), static_cast<TY*>(y), g, s, c);
     return cudaGetLastError();
   });

@@ -29,6 +29,7 @@
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
+#include "conv/depthwise/depthwise_stream_staged.cuh"
 #include "host_reference.h"
 
 using namespace im2col;
@@ -36,7 +37,8 @@ using namespace im2col::cuda;
 
 namespace {
 
-int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0, streamed_filter = 0;
+int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0, streamed_filter = 0,
+    streamed_staged = 0;
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
@@ -137,13 +139,42 @@ void run_stream(const T* x, const T* w, TY* y, const DwGeom& g, DwStreamPlan s, 
     for (int32_t tid = 0; tid < kDwStreamThreads; ++tid) dw_stream_thread<SY, T, TY>(x, w, y, g, s, C, b, tid);
 }
 
+// Runs every block of a staged streaming launch on the host, its runs, columns
+// and rows a block narrowed at random half the time.
+template <int SY, typename T, typename TY>
+void run_staged(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int64_t C) {
+  DwStagedPlan s;
+  const bool narrow = draw(0, 1) == 0;
+  const int32_t per_granule = sizeof(T) == 2 ? 2 : 1;
+  if (!plan_dw_staged(p, N, C, sizeof(T), &s, narrow ? per_granule * draw(1, 3) : kDwStagedMaxRun,
+                      narrow ? draw(1, 9) : kDwStagedThreads))
+    return;
+  if (narrow) {
+    s.rows = draw(1, s.rows);
+    s.row_tiles = (p.g[0].out[1] + s.rows - 1) / s.rows;
+    s.blocks = int64_t{s.runs} * s.col_tiles * s.row_tiles * N;
+    s.by_row_tiles = FastDiv(s.row_tiles);
+  }
+  std::vector<unsigned char> ring(static_cast<size_t>(s.smem), 0xcd);
+  HostExec<DwStagedState<typename Acc<T>::type, dw_vector(sizeof(T), true)>> e(kDwStagedThreads);
+  for (int64_t b = 0; b < s.blocks; ++b) dw_staged_block<SY, T, TY>(e, ring.data(), x, w, y, p.g[0], s, C, b);
+}
+
 // The forward machinery on phases p, as depthwise_conv.cu runs it: 3x3
-// channels-last windows streamed, else tiles where they fit (budget), else
+// channels-last windows streamed (their rows staged where the channels fill
+// 16-byte copies, here half the time), else tiles where they fit (budget), else
 // the per-element kernel.
 template <bool CL, typename T, typename TY>
 void run_phases(const T* x, const T* w, TY* y, const DwPhases& p, int64_t N, int64_t C, bool ring, bool narrow,
                 int64_t budget, bool force_gather, bool stream) {
   using A = typename Acc<T>::type;
+  DwStagedPlan staged_plan;
+  if (CL && stream && plan_dw_staged(p, N, C, sizeof(T), &staged_plan) && draw(0, 1) == 0) {
+    ++streamed_staged;
+    if (p.g[0].stride[1] == 1) run_staged<1, T, TY>(x, w, y, p, N, C);
+    else run_staged<2, T, TY>(x, w, y, p, N, C);
+    return;
+  }
   DwStreamPlan s;
   if (CL && stream && plan_dw_stream(p, N, C, sizeof(T), &s)) {
     ++streamed;
@@ -555,8 +586,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
-              "%d streamed runs, %d streamed filter gradients\n", ran_forward, ran_backward, ran_filter, staged, gathered,
-              streamed, streamed_filter);
+              "%d streamed runs (%d with staged rows), %d streamed filter gradients\n", ran_forward, ran_backward,
+              ran_filter, staged, gathered, streamed + streamed_staged, streamed_staged, streamed_filter);
   std::printf("forward tiles: %d with 32-bit block indices\n", decoded32);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",

@@ -1,0 +1,271 @@
+// The channels-last 3x3 depthwise forward at unit dilation (and the
+// unit-stride input gradient) of depthwise_stream.cuh, its input rows staged
+// in shared memory by cp.async several row steps ahead of the products.
+//
+// Why: the streamed kernel loads each step's input row into registers one
+// step ahead, so a warp has one row of 8-byte loads in flight; at the
+// occupancy its 90 registers allow that is too few bytes to cover DRAM's
+// latency, and it moved 1.7-2.0 TB/s on MobileNetV2's layers (an H200 copies
+// at about 4). Here a block takes a run of channels over `tw` output columns
+// and walks `rows` output rows; its threads copy the rows `depth` steps ahead
+// into a ring of shared-memory rows (16-byte cp.async, zeros for padding), so
+// those copies are in flight while the products of the current row run and
+// cost no registers. Each thread then owns one channel vector at one output
+// column as in the streamed kernel: the 9 weights and the 3x3 window in
+// registers, each step converting only the rows the window slides onto.
+//
+// A step waits for its own copies, then one barrier publishes every thread's
+// copies of the step's rows and tells that the rows read a step before are
+// free; the copies issued after it go to those rows' slots. No XLA headers:
+// the host tests run the block body with an executor that runs the threads
+// one after another between barriers.
+#pragma once
+
+#include <cstdint>
+
+#include "common/device_util.cuh"
+#include "conv/depthwise/depthwise_kernels.cuh"
+#include "conv/depthwise/depthwise_plan.h"
+#include "conv/depthwise/depthwise_stream.cuh"
+
+namespace im2col::cuda {
+
+constexpr int kDwStagedThreads = 256;
+constexpr int32_t kDwStagedMaxRun = 32;           // channel vectors a block's run, at most
+constexpr int32_t kDwStagedSmem = 48 * 1024;      // the ring's bytes, at most (no opt-in needed)
+constexpr int64_t kDwStagedFillBlocks = 1024;     // ~4 waves of two blocks on 132 SMs
+
+// Row steps staged ahead: at stride 1 one row a step, at stride 2 two.
+template <int SY>
+constexpr int dw_staged_depth() {
+  return SY == 1 ? 6 : 3;
+}
+// Rows the ring holds: the rows of `depth` steps in flight, the rows a step
+// reads, and the window's rows kept from the step before.
+constexpr int32_t dw_staged_ring(int sy, int depth) {
+  return sy * (depth + 1) + (kDwStreamK > sy ? kDwStreamK - sy : 0);
+}
+
+struct DwStagedPlan {
+  int32_t vectors = 1;      // C / V
+  int32_t run = 1;          // channel vectors of a block's run (the last run may be short)
+  int32_t runs = 1;
+  int32_t tw = 1;           // output columns of a block
+  int32_t col_tiles = 1;
+  int32_t seg = 1;          // input columns a block stages: (tw - 1) * SX + K
+  int32_t granules = 1;     // 16-byte copies a staged pixel
+  int32_t row_granules = 1; // seg * granules
+  int32_t ring = 1;         // staged rows
+  int32_t rows = 1, row_tiles = 1;
+  int32_t smem = 0;         // the ring's bytes
+  int64_t blocks = 0;       // runs x col_tiles x row_tiles x images
+  FastDiv by_run, by_runs, by_col_tiles, by_row_tiles, by_granules, by_row_granules;
+};
+
+// Whether the staged kernel takes phases p of n images with C channels of
+// elem bytes (channels-last; the caller checks 16-byte alignment), and its
+// plan: runs of at most kDwStagedMaxRun vectors, as many columns as the
+// block's threads hold, rows halved from whole columns until the grid fills
+// the GPU while the window's warm-up stays at most a quarter of the rows.
+// max_run and max_tw narrow the blocks (the host tests, for several runs and
+// column tiles on small cases).
+inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStagedPlan* out,
+                           int32_t max_run = kDwStagedMaxRun, int32_t max_tw = kDwStagedThreads) {
+  if (p.count != 1 || n < 1) return false;
+  const DwGeom& g = p.g[0];
+  const int32_t V = dw_vector(elem, true);
+  if (!dw_stream_domain(g, C, elem, V) || (C * static_cast<int64_t>(elem)) % 16 != 0) return false;
+  const int32_t per_granule = static_cast<int32_t>(16 / (V * elem));  // vectors a 16-byte copy holds
+  const int64_t vectors = C / V;
+  if (vectors >= (int64_t{1} << 30)) return false;
+  DwStagedPlan s;
+  s.vectors = static_cast<int32_t>(vectors);
+  s.runs = static_cast<int32_t>((vectors + max_run - 1) / max_run);
+  s.run = static_cast<int32_t>((vectors + s.runs - 1) / s.runs);
+  s.run = (s.run + per_granule - 1) / per_granule * per_granule;
+  s.runs = static_cast<int32_t>((vectors + s.run - 1) / s.run);
+  s.granules = s.run / per_granule;
+  const int sy = g.stride[1], sx = g.stride[2];
+  const int depth = sy == 1 ? dw_staged_depth<1>() : dw_staged_depth<2>();
+  s.ring = dw_staged_ring(sy, depth);
+  if (s.run > kDwStagedThreads) return false;
+  s.tw = std::min<int32_t>(std::min<int32_t>(kDwStagedThreads / s.run, max_tw), g.out[2]);
+  const auto ring_bytes = [&](int32_t tw) {
+    return int64_t{s.ring} * ((tw - 1) * int64_t{sx} + kDwStreamK) * s.granules * 16;
+  };
+  while (s.tw > 1 && ring_bytes(s.tw) > kDwStagedSmem) --s.tw;
+  if (ring_bytes(s.tw) > kDwStagedSmem) return false;
+  s.col_tiles = (g.out[2] + s.tw - 1) / s.tw;
+  s.tw = (g.out[2] + s.col_tiles - 1) / s.col_tiles;  // even tiles
+  s.seg = static_cast<int32_t>((s.tw - 1) * int64_t{sx} + kDwStreamK);
+  s.row_granules = s.seg * s.granules;
+  s.smem = static_cast<int32_t>(ring_bytes(s.tw));
+  const int32_t OH = g.out[1];
+  const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
+  s.rows = OH;
+  while (dw_stream_rows_pay(g, (s.rows + 1) / 2) && s.rows > 1 && per_row_tile * ((OH + s.rows - 1) / s.rows) <
+         kDwStagedFillBlocks)
+    s.rows = (s.rows + 1) / 2;
+  s.row_tiles = (OH + s.rows - 1) / s.rows;
+  s.rows = (OH + s.row_tiles - 1) / s.row_tiles;
+  s.blocks = per_row_tile * s.row_tiles;
+  if (s.blocks >= (int64_t{1} << 31)) return false;
+  s.by_run = FastDiv(s.run);
+  s.by_runs = FastDiv(s.runs);
+  s.by_col_tiles = FastDiv(s.col_tiles);
+  s.by_row_tiles = FastDiv(s.row_tiles);
+  s.by_granules = FastDiv(s.granules);
+  s.by_row_granules = FastDiv(s.row_granules);
+  *out = s;
+  return true;
+}
+
+// Where the staged kernel replaces the streamed one: where the streamed one
+// would run (dw_stream_pays on its own plan) or where its rows would not pay
+// but the staged plan's do.
+inline bool dw_staged_pays(const DwGeom& g, const DwStagedPlan& s) { return dw_stream_rows_pay(g, s.rows); }
+
+// cp.async's group fences, nothing on the host (its copies are synchronous).
+__device__ __forceinline__ void dw_staged_commit() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int Pending>
+__device__ __forceinline__ void dw_staged_wait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+#endif
+}
+
+template <typename A, int V>
+struct DwStagedState {
+  A wt[kDwStreamK][kDwStreamK][V];
+  A win[kDwStreamK][kDwStreamK][V];
+  int32_t col = 0, vec = 0;
+  bool active = false;
+};
+
+// The block body: block `block` (run fastest, then column tile, row tile,
+// image) with the ring at `ring` (s.smem bytes, 16-byte aligned).
+template <int SY, typename T, typename TY, typename Exec>
+__device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restrict__ ring, const T* __restrict__ x,
+                                                const T* __restrict__ w, TY* __restrict__ y, const DwGeom& g,
+                                                const DwStagedPlan& s, int64_t C, int64_t block) {
+  using A = typename Acc<T>::type;
+  constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true), D = dw_staged_depth<SY>();
+  constexpr int KEEP = K > SY ? K - SY : 0;
+  constexpr int32_t GV = static_cast<int32_t>(16 / sizeof(T));  // channels a copy holds
+
+  int32_t b = static_cast<int32_t>(block), run_i, ct, rt;
+  s.by_runs.divmod(b, b, run_i);
+  s.by_col_tiles.divmod(b, b, ct);
+  s.by_row_tiles.divmod(b, b, rt);
+  const int64_t image = b;
+  const int32_t OH = g.out[1], OW = g.out[2], IH = g.in[1], IW = g.in[2];
+  const int32_t ox0 = ct * s.tw, oy0 = rt * s.rows, steps = min(OH, oy0 + s.rows) - oy0;
+  const int32_t ix0 = ox0 * g.stride[2] - g.pad[2], iy0 = oy0 * SY - g.pad[1];
+  const int64_t c0 = int64_t{run_i} * s.run * V;
+  const int64_t image_base = image * IH * int64_t{IW} * C;
+  const int32_t pixel_bytes = s.granules * 16;
+
+  // Group j's rows: [KEEP + j * SY, KEEP + (j + 1) * SY) of the block's
+  // input rows, and for j == 0 the first KEEP rows as well.
+  const auto issue = [&](int32_t j, int32_t tid) {
+    const int32_t first = j == 0 ? 0 : KEEP + j * SY, count = j == 0 ? KEEP + SY : SY;
+    if (j >= steps) return;
+    for (int32_t i = tid; i < count * s.row_granules; i += kDwStagedThreads) {
+      int32_t r, rem, col, gi;
+      s.by_row_granules.divmod(i, r, rem);
+      s.by_granules.divmod(rem, col, gi);
+      const int32_t q = first + r, iy = iy0 + q, ix = ix0 + col;
+      const int64_t ch = c0 + int64_t{gi} * GV;
+      if (ch >= C) continue;
+      const bool valid = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH) &&
+                         static_cast<uint32_t>(ix) < static_cast<uint32_t>(IW);
+      const T* src = valid ? x + image_base + (int64_t{iy} * IW + ix) * C + ch : x;
+      dw_stage<16>(ring + (int64_t{q % s.ring} * s.seg + col) * pixel_bytes + gi * 16, src, valid);
+    }
+  };
+
+  e.each([&](DwStagedState<A, V>& st) {
+    const int32_t tid = static_cast<int32_t>(threadIdx.x);
+    s.by_run.divmod(tid, st.col, st.vec);
+    const int64_t ch = c0 + int64_t{st.vec} * V;
+    st.active = st.col < s.tw && ox0 + st.col < OW && st.vec < s.run && ch < C;
+    if (st.active) {
+      const int64_t wsize = g.w_size();
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+          const int64_t fh = g.w_first[1] + g.w_step[1] * ky, fw = g.w_first[2] + g.w_step[2] * kx;
+          const int64_t tap = (int64_t{g.w_first[0]} * g.wk[1] + fh) * g.wk[2] + fw;
+#pragma unroll
+          for (int v = 0; v < V; ++v) st.wt[ky][kx][v] = static_cast<A>(to_acc(w[(ch + v) * wsize + tap]));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      issue(j, tid);
+      dw_staged_commit();
+    }
+  });
+
+  // Input row q of the block into window row `slot` of a thread.
+  const auto take = [&](DwStagedState<A, V>& st, int slot, int32_t q) {
+    const unsigned char* p = ring + (int64_t{q % s.ring} * s.seg + st.col * g.stride[2]) * pixel_bytes +
+                             st.vec * int32_t{V * sizeof(T)};
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) dw_load<V>(st.win[slot][kx], reinterpret_cast<const T*>(p + kx * pixel_bytes));
+  };
+
+  TY* const y0 = y + ((image * OH + oy0) * OW + ox0) * C + c0;
+#pragma unroll(dw_stream_unroll<SY>())
+  for (int32_t j = 0; j < steps; ++j) {
+    e.each([&](DwStagedState<A, V>&) { dw_staged_wait<D - 1>(); });
+    e.sync();
+    e.each([&](DwStagedState<A, V>& st) {
+      issue(j + D, static_cast<int32_t>(threadIdx.x));
+      dw_staged_commit();
+      if (!st.active) return;
+      if (j == 0) {
+#pragma unroll
+        for (int i = 0; i < K; ++i) take(st, i, i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < KEEP; ++i)
+#pragma unroll
+          for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+            for (int v = 0; v < V; ++v) st.win[i][kx][v] = st.win[i + SY][kx][v];
+#pragma unroll
+        for (int i = 0; i < SY; ++i) take(st, KEEP + i, KEEP + j * SY + i);
+      }
+      A acc[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = A(0);
+#pragma unroll
+      for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+        for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] += st.wt[ky][kx][v] * st.win[ky][kx][v];
+      Pack<TY, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = store_value<TY>(acc[v]);
+      *reinterpret_cast<Pack<TY, V>*>(y0 + (int64_t{j} * OW + st.col) * C + int64_t{st.vec} * V) = o;
+    });
+  }
+}
+
+template <int SY, typename T, typename TY>
+__global__ void __launch_bounds__(kDwStagedThreads, 2)
+dw_staged_kernel(const T* __restrict__ x, const T* __restrict__ w, TY* __restrict__ y, const DwGeom g,
+                 const DwStagedPlan s, int64_t C) {
+  extern __shared__ __align__(16) unsigned char dw_staged_ring_smem[];
+  DwDeviceExec<DwStagedState<typename Acc<T>::type, dw_vector(sizeof(T), true)>> e;
+  dw_staged_block<SY, T, TY>(e, dw_staged_ring_smem, x, w, y, g, s, C, blockIdx.x);
+}
+
+}  // namespace im2col::cuda
