@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/device_util.cuh"
 #include "conv/depthwise/depthwise_kernels.cuh"
@@ -34,11 +35,12 @@ constexpr int kDwStagedThreads = 256;
 constexpr int32_t kDwStagedMaxRun = 32;           // channel vectors a block's run, at most
 constexpr int32_t kDwStagedSmem = 48 * 1024;      // the ring's bytes, at most (no opt-in needed)
 constexpr int64_t kDwStagedFillBlocks = 1024;     // ~4 waves of two blocks on 132 SMs
+constexpr int kDwStagedCopies = 2;                 // 16-byte copies a thread makes for a staged row, at most
 
 // Row steps staged ahead: at stride 1 one row a step, at stride 2 two.
 template <int SY>
 constexpr int dw_staged_depth() {
-  return SY == 1 ? 6 : 3;
+  return SY == 1 ? 10 : 4;
 }
 // Rows the ring holds: the rows of `depth` steps in flight, the rows a step
 // reads, and the window's rows kept from the step before.
@@ -55,6 +57,7 @@ struct DwStagedPlan {
   int32_t seg = 1;          // input columns a block stages: (tw - 1) * SX + K
   int32_t granules = 1;     // 16-byte copies a staged pixel
   int32_t row_granules = 1; // seg * granules
+  int32_t row_bytes = 16;   // a staged row's bytes: row_granules * 16
   int32_t ring = 1;         // staged rows
   int32_t rows = 1, row_tiles = 1;
   int32_t smem = 0;         // the ring's bytes
@@ -93,12 +96,17 @@ inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   const auto ring_bytes = [&](int32_t tw) {
     return int64_t{s.ring} * ((tw - 1) * int64_t{sx} + kDwStreamK) * s.granules * 16;
   };
-  while (s.tw > 1 && ring_bytes(s.tw) > kDwStagedSmem) --s.tw;
-  if (ring_bytes(s.tw) > kDwStagedSmem) return false;
+  const auto fits = [&](int32_t tw) {
+    return ring_bytes(tw) <= kDwStagedSmem &&
+           ((tw - 1) * int64_t{sx} + kDwStreamK) * s.granules <= int64_t{kDwStagedCopies} * kDwStagedThreads;
+  };
+  while (s.tw > 1 && !fits(s.tw)) --s.tw;
+  if (!fits(s.tw)) return false;
   s.col_tiles = (g.out[2] + s.tw - 1) / s.tw;
   s.tw = (g.out[2] + s.col_tiles - 1) / s.col_tiles;  // even tiles
   s.seg = static_cast<int32_t>((s.tw - 1) * int64_t{sx} + kDwStreamK);
   s.row_granules = s.seg * s.granules;
+  s.row_bytes = s.row_granules * 16;
   s.smem = static_cast<int32_t>(ring_bytes(s.tw));
   const int32_t OH = g.out[1];
   const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
@@ -138,21 +146,74 @@ __device__ __forceinline__ void dw_staged_wait() {
 #endif
 }
 
+// One vector store of o at p (aligned to it). In this kernel nvcc's front end
+// split a store of the Pack, or of its words as a uint2 or uint4, into one
+// store an element (st.global.f32 x 4, or 16-bit stores), so the store is
+// written out.
+template <typename TY, int V>
+__device__ __forceinline__ void dw_store_vector(TY* p, const Pack<TY, V>& o) {
+  constexpr size_t B = sizeof(TY) * V;
+#if defined(__CUDA_ARCH__)
+  if constexpr (B == 16) {
+    uint32_t u[4];
+    std::memcpy(u, &o, B);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                 : "memory");
+    return;
+  } else if constexpr (B == 8) {
+    uint32_t u[2];
+    std::memcpy(u, &o, B);
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(u[0]), "r"(u[1]) : "memory");
+    return;
+  }
+#endif
+  std::memcpy(p, &o, B);
+}
+
+// The ring's shared-memory address (on the host, nothing), and a 16-byte copy
+// into it at byte `offset`, or 16 zeros where !valid.
+__device__ __forceinline__ uint32_t dw_staged_shared(const unsigned char* ring) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+#else
+  (void)ring;
+  return 0;
+#endif
+}
+__device__ __forceinline__ void dw_staged_copy(unsigned char* ring, uint32_t ring_s, int32_t offset, const void* src,
+                                               bool valid) {
+#if defined(__CUDA_ARCH__)
+  (void)ring;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ring_s + offset), "l"(src), "r"(valid ? 16 : 0));
+#else
+  (void)ring_s;
+  if (valid) std::memcpy(ring + offset, src, 16);
+  else std::memset(ring + offset, 0, 16);
+#endif
+}
+
 template <typename A, int V>
 struct DwStagedState {
   A wt[kDwStreamK][kDwStreamK][V];
   A win[kDwStreamK][kDwStreamK][V];
+  int64_t src[kDwStagedCopies];  // a copy's element offset from its input row's start (column, channel)
+  int32_t dst[kDwStagedCopies];  // its byte offset in a ring row
+  uint32_t copies = 0;           // bit c: copy c exists; bit 8 + c: its column is inside the image
+  int32_t read = 0;              // byte offset in a ring row of the thread's window (column, vector)
   int32_t col = 0, vec = 0;
   bool active = false;
 };
 
 // The block body: block `block` (run fastest, then column tile, row tile,
-// image) with the ring at `ring` (s.smem bytes, 16-byte aligned).
+// image) with the ring at `ring` (s.smem bytes, 16-byte aligned). What every
+// thread of the block computes alike (rows, ring slots) is computed outside
+// each(), so that the host executor advances it once.
 template <int SY, typename T, typename TY, typename Exec>
 __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restrict__ ring, const T* __restrict__ x,
                                                 const T* __restrict__ w, TY* __restrict__ y, const DwGeom& g,
                                                 const DwStagedPlan& s, int64_t C, int64_t block) {
   using A = typename Acc<T>::type;
+  using State = DwStagedState<A, dw_vector(sizeof(T), true)>;
   constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true), D = dw_staged_depth<SY>();
   constexpr int KEEP = K > SY ? K - SY : 0;
   constexpr int32_t GV = static_cast<int32_t>(16 / sizeof(T));  // channels a copy holds
@@ -165,34 +226,29 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
   const int32_t OH = g.out[1], OW = g.out[2], IH = g.in[1], IW = g.in[2];
   const int32_t ox0 = ct * s.tw, oy0 = rt * s.rows, steps = min(OH, oy0 + s.rows) - oy0;
   const int32_t ix0 = ox0 * g.stride[2] - g.pad[2], iy0 = oy0 * SY - g.pad[1];
-  const int64_t c0 = int64_t{run_i} * s.run * V;
-  const int64_t image_base = image * IH * int64_t{IW} * C;
+  const int32_t rows_in = (steps - 1) * SY + K;
+  const int64_t c0 = int64_t{run_i} * s.run * V, row_elems = int64_t{IW} * C;
+  const T* const x_image = x + image * IH * row_elems;
   const int32_t pixel_bytes = s.granules * 16;
 
-  // Group j's rows: [KEEP + j * SY, KEEP + (j + 1) * SY) of the block's
-  // input rows, and for j == 0 the first KEEP rows as well.
-  const auto issue = [&](int32_t j, int32_t tid) {
-    const int32_t first = j == 0 ? 0 : KEEP + j * SY, count = j == 0 ? KEEP + SY : SY;
-    if (j >= steps) return;
-    for (int32_t i = tid; i < count * s.row_granules; i += kDwStagedThreads) {
-      int32_t r, rem, col, gi;
-      s.by_row_granules.divmod(i, r, rem);
-      s.by_granules.divmod(rem, col, gi);
-      const int32_t q = first + r, iy = iy0 + q, ix = ix0 + col;
-      const int64_t ch = c0 + int64_t{gi} * GV;
-      if (ch >= C) continue;
-      const bool valid = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH) &&
-                         static_cast<uint32_t>(ix) < static_cast<uint32_t>(IW);
-      const T* src = valid ? x + image_base + (int64_t{iy} * IW + ix) * C + ch : x;
-      dw_stage<16>(ring + (int64_t{q % s.ring} * s.seg + col) * pixel_bytes + gi * 16, src, valid);
-    }
-  };
-
-  e.each([&](DwStagedState<A, V>& st) {
+  e.each([&](State& st) {
     const int32_t tid = static_cast<int32_t>(threadIdx.x);
+    st.copies = 0;
+#pragma unroll
+    for (int c = 0; c < kDwStagedCopies; ++c) {
+      const int32_t i = tid + c * kDwStagedThreads;
+      int32_t col, gi;
+      s.by_granules.divmod(i, col, gi);
+      const int64_t ch = c0 + int64_t{gi} * GV;
+      st.src[c] = int64_t{ix0 + col} * C + ch;
+      st.dst[c] = i * 16;
+      if (i < s.row_granules && ch < C) st.copies |= 1u << c;
+      if (static_cast<uint32_t>(ix0 + col) < static_cast<uint32_t>(IW)) st.copies |= 1u << (8 + c);
+    }
     s.by_run.divmod(tid, st.col, st.vec);
+    st.read = st.col * g.stride[2] * pixel_bytes + st.vec * static_cast<int32_t>(V * sizeof(T));
     const int64_t ch = c0 + int64_t{st.vec} * V;
-    st.active = st.col < s.tw && ox0 + st.col < OW && st.vec < s.run && ch < C;
+    st.active = st.col < s.tw && ox0 + st.col < OW && ch < C;
     if (st.active) {
       const int64_t wsize = g.w_size();
 #pragma unroll
@@ -205,33 +261,54 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
           for (int v = 0; v < V; ++v) st.wt[ky][kx][v] = static_cast<A>(to_acc(w[(ch + v) * wsize + tap]));
         }
     }
-#pragma unroll
-    for (int j = 0; j < D; ++j) {
-      issue(j, tid);
-      dw_staged_commit();
-    }
   });
 
-  // Input row q of the block into window row `slot` of a thread.
-  const auto take = [&](DwStagedState<A, V>& st, int slot, int32_t q) {
-    const unsigned char* p = ring + (int64_t{q % s.ring} * s.seg + st.col * g.stride[2]) * pixel_bytes +
-                             st.vec * int32_t{V * sizeof(T)};
+  const uint32_t ring_s = dw_staged_shared(ring);
+  // Stages the block's next `count` input rows (those past its last row
+  // none), then closes their group of copies.
+  int32_t next_row = 0, write_slot = 0;
+  const auto stage_rows = [&](int count) {
+    for (int r = 0; r < count; ++r, ++next_row, write_slot = write_slot + 1 == s.ring ? 0 : write_slot + 1) {
+      if (next_row >= rows_in) continue;
+      const int32_t iy = iy0 + next_row;
+      const bool row_ok = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH);
+      const T* const row = x_image + (row_ok ? iy : 0) * row_elems;
+      const int32_t slot = write_slot * s.row_bytes;
+      e.each([&](State& st) {
 #pragma unroll
-    for (int kx = 0; kx < K; ++kx) dw_load<V>(st.win[slot][kx], reinterpret_cast<const T*>(p + kx * pixel_bytes));
+        for (int c = 0; c < kDwStagedCopies; ++c) {
+          if (!(st.copies >> c & 1u)) continue;
+          const bool valid = row_ok && (st.copies >> (8 + c) & 1u);
+          dw_staged_copy(ring, ring_s, slot + st.dst[c], valid ? row + st.src[c] : x, valid);
+        }
+      });
+    }
+    e.each([&](State&) { dw_staged_commit(); });
   };
+  stage_rows(KEEP + SY);
+#pragma unroll
+  for (int j = 1; j < D; ++j) stage_rows(SY);
 
+  // Window row `i` of every thread from the ring's row at `slot`.
+  const auto take = [&](State& st, int i, int32_t slot) {
+    const unsigned char* p = ring + slot * s.row_bytes + st.read;
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) dw_load<V>(st.win[i][kx], reinterpret_cast<const T*>(p + kx * pixel_bytes));
+  };
+  const auto after = [&](int32_t slot, int32_t by) { return slot + by >= s.ring ? slot + by - s.ring : slot + by; };
+
+  int32_t read_slot = 0;  // the ring row of the next input row to read
   TY* const y0 = y + ((image * OH + oy0) * OW + ox0) * C + c0;
 #pragma unroll(dw_stream_unroll<SY>())
   for (int32_t j = 0; j < steps; ++j) {
-    e.each([&](DwStagedState<A, V>&) { dw_staged_wait<D - 1>(); });
+    e.each([&](State&) { dw_staged_wait<D - 1>(); });
     e.sync();
-    e.each([&](DwStagedState<A, V>& st) {
-      issue(j + D, static_cast<int32_t>(threadIdx.x));
-      dw_staged_commit();
+    stage_rows(SY);
+    e.each([&](State& st) {
       if (!st.active) return;
       if (j == 0) {
 #pragma unroll
-        for (int i = 0; i < K; ++i) take(st, i, i);
+        for (int i = 0; i < K; ++i) take(st, i, after(read_slot, i));
       } else {
 #pragma unroll
         for (int i = 0; i < KEEP; ++i)
@@ -240,7 +317,7 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
 #pragma unroll
             for (int v = 0; v < V; ++v) st.win[i][kx][v] = st.win[i + SY][kx][v];
 #pragma unroll
-        for (int i = 0; i < SY; ++i) take(st, KEEP + i, KEEP + j * SY + i);
+        for (int i = 0; i < SY; ++i) take(st, KEEP + i, after(read_slot, i));
       }
       A acc[V];
 #pragma unroll
@@ -254,8 +331,9 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
       Pack<TY, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = store_value<TY>(acc[v]);
-      *reinterpret_cast<Pack<TY, V>*>(y0 + (int64_t{j} * OW + st.col) * C + int64_t{st.vec} * V) = o;
+      dw_store_vector<TY, V>(y0 + (int64_t{j} * OW + st.col) * C + int64_t{st.vec} * V, o);
     });
+    read_slot = after(read_slot, j == 0 ? K : SY);
   }
 }
 
