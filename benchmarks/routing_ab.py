@@ -54,7 +54,7 @@ def stem_forward_half(p) -> bool:
           and np.dtype(p.dtype).itemsize == 2)
 
 
-# The rules on 3x3 maps of 28 or less (routing.py, _SMALL_MAP) and on large-window
+# The rules on 3x3 maps of 28 or less (routing.py's _SMALL_MAP until 2026-11-29) and on large-window
 # filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
 # "depthwise_small" and "large_filter_14_28" here until they became rules, as were,
 # on 2026-11-28, "strided_input_gradient" (dense strided input gradients of
@@ -80,8 +80,10 @@ CANDIDATES = {
 # Candidates the other way: ops that the rules send to XLA's convolution kept on
 # the project's kernels.
 OWN_CANDIDATES = {
-    # The half-precision 3x3 depthwise ops at unit stride on maps of 28 or less
-    # (routing.py, _SMALL_MAP), for kernels faster than those the rule measured.
+    # The half-precision 3x3 depthwise ops at unit stride on maps of 28 or less,
+    # which a rule (_SMALL_MAP) sent to XLA's convolution until the staged depthwise
+    # forward made the step faster without it (2026-11-29); under the rules as they
+    # stand it moves nothing.
     "own_depthwise_small": depthwise_half(28),
 }
 

@@ -32,6 +32,10 @@
 //   loading only the rows the window slides onto (the rows four steps ahead
 //   asked of L2). Taken where its warm-up rows are at most a quarter of the
 //   rows a thread walks (dw_stream_pays); also the unit-stride input gradient.
+//   Where the channels fill 16-byte copies, the same threads read their rows
+//   from a shared-memory ring that the block fills by cp.async several row
+//   steps ahead (depthwise_stream_staged.cuh): more bytes in flight at no
+//   register cost.
 // - Input gradient: the forward of dy on the phases of the stride
 //   (gradient_phase in common/geometry.h): phase r is a stride-1 convolution
 //   of dy with the filter's taps that reach it, read backwards, writing dx's
@@ -66,7 +70,8 @@
 // channel runs 128 bytes wide; JAX_IM2COL_NO_DW_SECTOR_COST=1 prices a forward
 // tile's run under 32 bytes by a flat 1.25 rather than by the L2 sectors it
 // fetches (dw_plan_cost); JAX_IM2COL_NO_DW_STREAM=1 puts 3x3 windows on
-// the tiles (every op); JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
+// the tiles (every op); JAX_IM2COL_NO_DW_STAGED=1 loads the streamed
+// forward's rows into registers instead of the ring; JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
 // filter gradients on the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
 // one-thread-per-element kernels everywhere (a reference on the GPU);
 // JAX_IM2COL_NO_DW_MMA=1 keeps 16-bit forwards off the tensor cores.

@@ -4,9 +4,10 @@
 //
 // Why: the streamed kernel loads each step's input row into registers one
 // step ahead, so a warp has one row of 8-byte loads in flight; at the
-// occupancy its 90 registers allow that is too few bytes to cover DRAM's
-// latency, and it moved 1.7-2.0 TB/s on MobileNetV2's layers (an H200 copies
-// at about 4). Here a block takes a run of channels over `tw` output columns
+// occupancy its ~120 registers allow that is too few bytes to cover DRAM's
+// latency, and it moved 1.6-1.9 TB/s on MobileNetV2's bfloat16 layers (an
+// H200 copies at about 4). Staged, the same layers ran at 1.8-3.1 TB/s,
+// 0.70-0.94x the streamed kernel's time (BENCHMARKS.md, 2026-11-29). Here a block takes a run of channels over `tw` output columns
 // and walks `rows` output rows; its threads copy the rows `depth` steps ahead
 // into a ring of shared-memory rows (16-byte cp.async, zeros for padding), so
 // those copies are in flight while the products of the current row run and
@@ -14,7 +15,8 @@
 // column as in the streamed kernel: the 9 weights and the 3x3 window in
 // registers, each step converting only the rows the window slides onto.
 //
-// A step waits for its own copies, then one barrier publishes every thread's
+// A thread's copies of a row (at most kDwStagedCopies) are planned once: a
+// row later, only the row's offset changes. A step waits for its own copies, then one barrier publishes every thread's
 // copies of the step's rows and tells that the rows read a step before are
 // free; the copies issued after it go to those rows' slots. No XLA headers:
 // the host tests run the block body with an executor that runs the threads
@@ -128,9 +130,8 @@ inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   return true;
 }
 
-// Where the staged kernel replaces the streamed one: where the streamed one
-// would run (dw_stream_pays on its own plan) or where its rows would not pay
-// but the staged plan's do.
+// Whether the staged plan's rows repay the window's warm-up (as
+// dw_stream_pays).
 inline bool dw_staged_pays(const DwGeom& g, const DwStagedPlan& s) { return dw_stream_rows_pay(g, s.rows); }
 
 // cp.async's group fences, nothing on the host (its copies are synchronous).

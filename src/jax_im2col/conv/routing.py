@@ -29,9 +29,6 @@ _STEM_CHANNELS = 4
 # for the project's register-blocked kernels (5x5 and up; 3x3 is
 # memory-bound, where cuDNN's kernels come closer to the copy bandwidth).
 _DEPTHWISE_MIN_TAPS = 25
-# Largest side of a map on which a half-precision depthwise convolution with few
-# taps at unit stride runs faster on XLA's convolution (measured: the rule's reason).
-_SMALL_MAP = 28
 # The half-precision depthwise filter gradients of large windows that run faster on
 # XLA's convolution: maps of 14 to 28 a side, windows of at most 7x7 (the measured
 # class: ConvNeXt-T's; the 7x7 map's is 3x faster on the project's kernels).
@@ -95,14 +92,11 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
       # 13x13 to 31x31 windows, where cuDNN has no kernel of its own for the window.
       return None
     if _half(p):
-      if not strided and max(p.in_spatial) <= _SMALL_MAP:
-        return ("a half-precision depthwise convolution with few taps on a small map (at most "
-                f"{_SMALL_MAP} a side) at unit stride: own / XLA 1.44-1.73 in device time "
-                "(28x28x192, forward and input gradient); MobileNetV2's bfloat16 train step took "
-                "0.959x XLA's time with these on XLA's, 0.986x on the project's kernels")
-      # Larger maps and stride 2: the streamed kernels. MobileNetV2's bfloat16 train
-      # step took 0.99x XLA's time on the project's kernels and 1.06x with every
-      # bfloat16 3x3 depthwise op on XLA's.
+      # Every map and stride: the streamed kernels, their input rows staged in shared
+      # memory (H200, 2026-11-29). MobileNetV2's bfloat16 train step took 0.916x XLA's
+      # time with all of its 3x3 depthwise ops on them, 0.982x with those at unit
+      # stride on maps of 28 or less on XLA's (the rule before the staged rows; one
+      # process, interleaved).
       return None
     if op != "forward" and strided:
       if op == "filter_gradient" and min(p.in_spatial) >= _LARGE_STRIDED_FILTER_SIDE:
