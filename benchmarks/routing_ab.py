@@ -63,6 +63,8 @@ def stem_forward_half(p) -> bool:
 # rules as they stand they would move nothing.
 CANDIDATES = {
     "depthwise_56": depthwise_half(56),
+    # The rule _SMALL_MAP was until 2026-11-29: those of maps of 28 or less.
+    "depthwise_28": depthwise_half(28),
     "depthwise_56_fwd_dx": depthwise_half(56, ("forward", "input_gradient")),
     # Every unit-stride bf16 3x3 depthwise op, the 112² maps too: inside MobileNetV2's step the
     # project's depthwise kernels took 1623 us against cuDNN's 1402 (step_kernels, 2026-11-28).
