@@ -5,9 +5,10 @@
 // Why: the streamed kernel loads each step's input row into registers one
 // step ahead, so a warp has one row of 8-byte loads in flight; at the
 // occupancy its ~120 registers allow that is too few bytes to cover DRAM's
-// latency, and it moved 1.6-1.9 TB/s on MobileNetV2's bfloat16 layers (an
-// H200 copies at about 4). Staged, the same layers ran at 1.8-3.1 TB/s,
-// 0.70-0.94x the streamed kernel's time (BENCHMARKS.md, 2026-11-29). Here a block takes a run of channels over `tw` output columns
+// latency, and it moved 1.6-2.5 TB/s on MobileNetV2's bfloat16 56² and 112²
+// layers (an H200 copies at about 4). Staged, they ran at 1.8-3.1 TB/s, and
+// MobileNetV2's forwards in 0.77-0.93x the streamed kernel's time but one
+// (1.07x, 28² at stride 2; BENCHMARKS.md, 2026-11-29). Here a block takes a run of channels over `tw` output columns
 // and walks `rows` output rows; its threads copy the rows `depth` steps ahead
 // into a ring of shared-memory rows (16-byte cp.async, zeros for padding), so
 // those copies are in flight while the products of the current row run and
