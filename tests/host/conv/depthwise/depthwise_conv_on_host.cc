@@ -8,7 +8,9 @@
 // gradient (its phases as forwards), the filter gradient's partial sums and
 // their fixed-order sum; the tiles (planned under small shared-memory budgets
 // too, so that windows run in stages and slices in several tiles), with and
-// without the register rings, and the per-element kernels. Outputs are
+// without the register rings, the per-element kernels, and the streamed 3x3
+// forward with its rows loaded into registers or staged in a shared-memory
+// ring (its runs, columns and rows narrowed at random). Outputs are
 // poisoned before each run and every element is checked. Small integers keep
 // every sum exact, so the checks are equalities after one rounding.
 // Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
@@ -19,7 +21,8 @@
 // forwards (no flip): 357; the second pass dropping the last slice: 386; the
 // filter ring's slot off by one: 142; the filter gradient ignoring its
 // slice's bounds along H and W (sums rows of the next slice): 4, only since
-// the filter tiles are also shrunk at random (before that: 0, a gap).
+// the filter tiles are also shrunk at random (before that: 0, a gap); the
+// staged forward's ring one row step short: 7-25.
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -525,6 +528,17 @@ void stream_choices(Tally& run) {
     DwPhases p;
     p.count = 1;
     p.g[0] = dw_lift(g);
+    // The staged rows take every layer whose plan pays (all but the 7x7 map's 7 rows),
+    // its ring within the shared-memory budget.
+    DwStagedPlan staged_plan;
+    const bool staged_planned = plan_dw_staged(p, 64, l.c, 2, &staged_plan);
+    const bool staged_ok = staged_planned && staged_plan.smem <= kDwStagedSmem &&
+                           dw_staged_pays(p.g[0], staged_plan) == (l.size > 7);
+    if (!staged_ok)
+      std::printf("FAIL: staged plan for %lldx%lldx%lld stride %lld: planned %d, rows %d, smem %d\n",
+                  static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
+                  static_cast<long long>(l.stride), staged_planned, staged_plan.rows, staged_plan.smem);
+    run(staged_ok);
     DwStreamPlan s;
     const bool planned = plan_dw_stream(p, 64, l.c, 2, &s);
     const bool streamed = planned && dw_stream_pays(p.g[0], s);
