@@ -162,6 +162,24 @@ __device__ __forceinline__ void dw_stream_convert(A (&dst)[K][V], const RawWords
   }
 }
 
+// The K x K weights of channels ch .. ch + V - 1 as accumulator values, in
+// the order of the window (the weight map g.w_first / g.w_step: the input
+// gradient's phase reads the filter flipped).
+template <typename T, typename A, int V, int K>
+__device__ __forceinline__ void dw_stream_weights(A (&wt)[K][K][V], const T* __restrict__ w, const DwGeom& g,
+                                                  int64_t ch) {
+  const int64_t wsize = g.w_size();
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky)
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      const int64_t fh = g.w_first[1] + g.w_step[1] * ky, fw = g.w_first[2] + g.w_step[2] * kx;
+      const int64_t tap = (int64_t{g.w_first[0]} * g.wk[1] + fh) * g.wk[2] + fw;
+#pragma unroll
+      for (int e = 0; e < V; ++e) wt[ky][kx][e] = static_cast<A>(to_acc(w[(ch + e) * wsize + tap]));
+    }
+}
+
 // Thread `tid` of block `block` (blocks: column block fastest, then row
 // tile, then image; threads: channel vector fastest, then output column).
 // SY: the stride along H (1 or 2); the stride along W is any.
@@ -187,16 +205,7 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
   const int32_t oy0 = rt * s.rows, oy_end = min(OH, oy0 + s.rows);
 
   A wt[K][K][V];
-  const int64_t wsize = g.w_size();
-#pragma unroll
-  for (int ky = 0; ky < K; ++ky)
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx) {
-      const int64_t fh = g.w_first[1] + g.w_step[1] * ky, fw = g.w_first[2] + g.w_step[2] * kx;
-      const int64_t tap = (int64_t{g.w_first[0]} * g.wk[1] + fh) * g.wk[2] + fw;
-#pragma unroll
-      for (int e = 0; e < V; ++e) wt[ky][kx][e] = static_cast<A>(to_acc(w[(ch + e) * wsize + tap]));
-    }
+  dw_stream_weights<T, A, V, K>(wt, w, g, ch);
 
   const DwStreamColumn<T, V, K> column(x, g, image, C, ch, ox * g.stride[2] - g.pad[2]);
   // The rows a step loads, asked of L2 kDwStreamPrefetch steps ahead: those

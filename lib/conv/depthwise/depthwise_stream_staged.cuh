@@ -251,18 +251,7 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
     st.read = st.col * g.stride[2] * pixel_bytes + st.vec * static_cast<int32_t>(V * sizeof(T));
     const int64_t ch = c0 + int64_t{st.vec} * V;
     st.active = st.col < s.tw && ox0 + st.col < OW && ch < C;
-    if (st.active) {
-      const int64_t wsize = g.w_size();
-#pragma unroll
-      for (int ky = 0; ky < K; ++ky)
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx) {
-          const int64_t fh = g.w_first[1] + g.w_step[1] * ky, fw = g.w_first[2] + g.w_step[2] * kx;
-          const int64_t tap = (int64_t{g.w_first[0]} * g.wk[1] + fh) * g.wk[2] + fw;
-#pragma unroll
-          for (int v = 0; v < V; ++v) st.wt[ky][kx][v] = static_cast<A>(to_acc(w[(ch + v) * wsize + tap]));
-        }
-    }
+    if (st.active) dw_stream_weights<T, A, V, K>(st.wt, w, g, ch);
   });
 
   const uint32_t ring_s = dw_staged_shared(ring);
