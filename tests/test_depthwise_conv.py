@@ -141,6 +141,10 @@ WINDOWS_2D = [
     (3, (40, 7), 12, (1, 2), (1, 1), ((0, 2), (2, -1))),
     (3, (23, 9), 8, (2, 3), (1, 1), ((3, -1), (1, 1))),
     (3, (37, 5), 4, (1, 1), (1, 1), ((2, 0), (0, 2))),
+    # Pixels under 16 bytes, stride 2 along H: the streamed filter gradient
+    # (depthwise_stream_filter.cuh) in bfloat16; 16 bytes and more stage their
+    # rows (depthwise_stream_staged_filter.cuh).
+    (3, (30, 12), 4, (2, 1), (1, 1), "SAME"),
     (7, (14, 14), 32, (1, 1), (1, 1), "SAME"),
     (7, (17, 16), 8, (2, 2), (1, 1), "VALID"),
     (7, (15, 13), 12, (1, 1), (2, 2), ((3, 3), (6, 0))),
@@ -374,10 +378,10 @@ def test_forced_depthwise_refuses_grouped():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
-@pytest.mark.parametrize("k,stride", [(7, 1), (3, 2)], ids=["tiles-7x7", "stream-3x3-s2"])
+@pytest.mark.parametrize("k,stride", [(7, 1), (3, 1), (3, 2)], ids=["tiles-7x7", "staged-3x3", "staged-3x3-s2"])
 def test_filter_gradient_is_deterministic(k, stride):
   """The filter gradient sums fixed slices in a fixed order: the same bits
-  on every run (3x3 stride 2: the streamed kernel, depthwise_stream_filter.cuh)."""
+  on every run (3x3: the kernel with staged rows, depthwise_stream_staged_filter.cuh)."""
   kwargs = dict(window_strides=(stride, stride), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
                 feature_group_count=96)
   x, w = operands(8, (56, 56), 96, (k, k), True, F32, 3)

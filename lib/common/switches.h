@@ -61,6 +61,8 @@ namespace im2col {
     "channels-last 3x3 depthwise forwards, unit-stride input gradients and filter gradients streamed down the rows, window in registers (conv/depthwise/depthwise_stream{,_filter}.cuh)") \
   X(kDwStaged, "JAX_IM2COL_NO_DW_STAGED", \
     "channels-last 3x3 depthwise forwards and unit-stride input gradients with their input rows staged in shared memory ahead of the products, rather than loaded a step ahead into registers (conv/depthwise/depthwise_stream_staged.cuh)") \
+  X(kDwStagedFilter, "JAX_IM2COL_NO_DW_STAGED_FILTER", \
+    "channels-last 3x3 depthwise filter gradients with their input and dy rows staged in shared memory ahead of the products, rather than streamed into registers or tiled (conv/depthwise/depthwise_stream_staged_filter.cuh)") \
   X(kDwStreamFilterS1, "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", \
     "unit-stride 3x3 depthwise filter gradients on maps of 56 rows or more streamed, rather than tiled (conv/depthwise/depthwise_stream_filter.cuh)") \
   X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \

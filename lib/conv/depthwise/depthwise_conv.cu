@@ -8,8 +8,9 @@
 #include "conv/depthwise/depthwise_launch.h"
 #include "conv/depthwise/depthwise_mma_plan.h"
 #include "conv/depthwise/depthwise_stream.cuh"
-#include "conv/depthwise/depthwise_stream_staged.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
+#include "conv/depthwise/depthwise_stream_staged.cuh"
+#include "conv/depthwise/depthwise_stream_staged_filter.cuh"
 #include "conv/direct/direct_util.cuh"
 
 namespace im2col::cuda {
@@ -114,10 +115,16 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
   const size_t acc = type == DataType::F64 ? 8 : 4;
   const DwGeom dg = dw_lift(g);
   int64_t slices = f.count;
+  DwStagedFilterPlan staged;
   DwStreamFilterPlan s;
   DwFilterTile t;
   cudaError_t e;
-  if (channels_last && switch_on(Switch::kDwStream) && plan_dw_stream_filter(dg, f, n, c, elem, &s) &&
+  if (channels_last && switch_on(Switch::kDwStream) && switch_on(Switch::kDwStagedFilter) &&
+      plan_dw_staged_filter(dg, f, n, c, elem, &staged) && dw_staged_filter_pays(dg, staged) && aligned_to(x, 16) &&
+      aligned_to(dy, 16)) {
+    e = dw_filter_staged(type, dy, x, partials, dg, staged, c, stream);
+    slices = staged.f.count;
+  } else if (channels_last && switch_on(Switch::kDwStream) && plan_dw_stream_filter(dg, f, n, c, elem, &s) &&
       dw_stream_filter_pays(dg, s, switch_on(Switch::kDwStreamFilterS1)) && aligned_to(x, 8) && aligned_to(dy, 8)) {
     e = dw_filter_stream(type, dy, x, partials, dg, s, c, stream);
     slices = s.f.count;

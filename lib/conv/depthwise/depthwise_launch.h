@@ -43,6 +43,13 @@ struct DwStreamFilterPlan;
 cudaError_t dw_filter_stream(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
                              const DwGeom& g, const DwStreamFilterPlan& s, int64_t c, cudaStream_t stream);
 
+// The same with its input and dy rows staged in shared memory ahead of the
+// products, over the plan's slices f.f (depthwise_stream_staged_filter.cuh;
+// plan_dw_staged_filter took it).
+struct DwStagedFilterPlan;
+cudaError_t dw_filter_staged(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
+                             const DwGeom& g, const DwStagedFilterPlan& f, int64_t c, cudaStream_t stream);
+
 // The filter gradient's partial sums over slices f (tile t).
 cudaError_t dw_filter_tiles_cl(xla::ffi::DataType type, const void* dy, const void* x, void* partials,
                                const DwGeom& g, const DwFilterTile& t, const FilterSlices& f, int64_t c,

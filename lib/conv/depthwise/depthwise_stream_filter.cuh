@@ -219,27 +219,40 @@ __device__ __forceinline__ void dw_stream_filter_thread(const T* __restrict__ dy
       for (int e = 0; e < V; ++e) sums[(ky * K + kx) * V + e] = acc[ky][kx][e];
 }
 
+// After every thread of a block wrote its sums (thread (lane, vec) at
+// (lane * nvb + vec) * P: the 9 taps' sums of its V channels, tap-major),
+// thread tid of `threads` writes its share of the block's partial sums, each
+// the sum over `lanes` lanes in order, to partials[(slice * 9 + tap) * C + c]
+// for the block's channels from c0 (its first valid_vectors vectors).
+template <typename A, int V, int P>
+__host__ __device__ __forceinline__ void dw_filter_lane_sums(const A* __restrict__ sums, A* __restrict__ partials,
+                                                             int64_t slice, int64_t c0, int32_t nvb,
+                                                             int32_t valid_vectors, int32_t lanes, int32_t threads,
+                                                             int64_t C, int32_t tid) {
+  constexpr int TAPS = kDwStreamK * kDwStreamK;
+  const int32_t width = nvb * V;
+  for (int32_t o = tid; o < TAPS * width; o += threads) {
+    const int32_t tap = o / width, cv = o - tap * width, vec = cv / V, e = cv - vec * V;
+    if (vec >= valid_vectors) continue;
+    A sum = A(0);
+    for (int32_t lane = 0; lane < lanes; ++lane) sum += sums[(lane * nvb + vec) * P + tap * V + e];
+    partials[(slice * TAPS + tap) * C + c0 + cv] = sum;
+  }
+}
+
 // After every thread of the block wrote `sums` (thread t's at t * pitch):
-// thread tid writes its share of the block's partial sums, each the sum over
-// the lanes in order, to partials[(slice * 9 + tap) * C + c].
+// thread tid writes its share of the block's partial sums (dw_filter_lane_sums).
 template <typename T>
 __host__ __device__ __forceinline__ void dw_stream_filter_write(const typename Acc<T>::type* __restrict__ sums,
                                                                 typename Acc<T>::type* __restrict__ partials,
                                                                 const DwStreamFilterPlan& s, int64_t C,
                                                                 int64_t block, int32_t tid) {
   using A = typename Acc<T>::type;
-  constexpr int V = dw_stream_filter_vector(sizeof(T)), TAPS = kDwStreamK * kDwStreamK, P = dw_stream_filter_pitch<T>();
+  constexpr int V = dw_stream_filter_vector(sizeof(T));
   const int64_t slice = block / s.runs;
   const int32_t run = static_cast<int32_t>(block - slice * s.runs);
-  const int32_t width = s.nvb * V;
-  for (int32_t o = tid; o < TAPS * width; o += s.threads) {
-    const int32_t tap = o / width, cv = o - tap * width, vec = cv / V, e = cv - vec * V;
-    const int32_t vg = run * s.nvb + vec;
-    if (vg >= s.vectors) continue;
-    A sum = A(0);
-    for (int32_t lane = 0; lane < s.lanes; ++lane) sum += sums[(lane * s.nvb + vec) * P + tap * V + e];
-    partials[(slice * TAPS + tap) * C + int64_t{vg} * V + e] = sum;
-  }
+  dw_filter_lane_sums<A, V, dw_stream_filter_pitch<T>()>(sums, partials, slice, int64_t{run} * s.nvb * V, s.nvb,
+                                                         s.vectors - run * s.nvb, s.lanes, s.threads, C, tid);
 }
 
 template <int SY, typename T>

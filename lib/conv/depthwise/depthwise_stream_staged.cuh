@@ -68,17 +68,15 @@ struct DwStagedPlan {
   FastDiv by_run, by_runs, by_col_tiles, by_row_tiles, by_granules, by_row_granules;
 };
 
-// Whether the staged kernel takes phases p of n images with C channels of
-// elem bytes (channels-last; the caller checks 16-byte alignment), and its
-// plan: runs of at most kDwStagedMaxRun vectors, as many columns as the
-// block's threads hold, rows halved from whole columns until the grid fills
-// the GPU while the window's warm-up stays at most a quarter of the rows.
-// max_run and max_tw narrow the blocks (the host tests, for several runs and
-// column tiles on small cases).
-inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStagedPlan* out,
-                           int32_t max_run = kDwStagedMaxRun, int32_t max_tw = kDwStagedThreads) {
-  if (p.count != 1 || n < 1) return false;
-  const DwGeom& g = p.g[0];
+// The column layout of a staged plan for g with C channels of elem bytes:
+// runs of at most max_run vectors (whole 16-byte copies), as many output
+// columns as the block's threads hold (at most max_tw) while the ring of
+// dw_staged_ring(stride, depth) input rows, plus `dy_slots` staged rows of the
+// block's own columns (the filter gradient's dy), fits kDwStagedSmem and a
+// thread makes at most kDwStagedCopies copies a row. Fills every field but
+// the rows, row_tiles and blocks; false where no column fits.
+inline bool plan_dw_staged_columns(const DwGeom& g, int64_t C, size_t elem, int depth, int dy_slots,
+                                   int32_t max_run, int32_t max_tw, DwStagedPlan* out) {
   const int32_t V = dw_vector(elem, true);
   if (!dw_stream_domain(g, C, elem, V) || (C * static_cast<int64_t>(elem)) % 16 != 0) return false;
   const int32_t per_granule = static_cast<int32_t>(16 / (V * elem));  // vectors a 16-byte copy holds
@@ -92,12 +90,11 @@ inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   s.runs = static_cast<int32_t>((vectors + s.run - 1) / s.run);
   s.granules = s.run / per_granule;
   const int sy = g.stride[1], sx = g.stride[2];
-  const int depth = sy == 1 ? dw_staged_depth<1>() : dw_staged_depth<2>();
   s.ring = dw_staged_ring(sy, depth);
   if (s.run > kDwStagedThreads) return false;
   s.tw = std::min<int32_t>(std::min<int32_t>(kDwStagedThreads / s.run, max_tw), g.out[2]);
   const auto ring_bytes = [&](int32_t tw) {
-    return int64_t{s.ring} * ((tw - 1) * int64_t{sx} + kDwStreamK) * s.granules * 16;
+    return (int64_t{s.ring} * ((tw - 1) * int64_t{sx} + kDwStreamK) + int64_t{dy_slots} * tw) * s.granules * 16;
   };
   const auto fits = [&](int32_t tw) {
     return ring_bytes(tw) <= kDwStagedSmem &&
@@ -111,6 +108,28 @@ inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   s.row_granules = s.seg * s.granules;
   s.row_bytes = s.row_granules * 16;
   s.smem = static_cast<int32_t>(ring_bytes(s.tw));
+  s.by_run = FastDiv(s.run);
+  s.by_runs = FastDiv(s.runs);
+  s.by_col_tiles = FastDiv(s.col_tiles);
+  s.by_granules = FastDiv(s.granules);
+  s.by_row_granules = FastDiv(s.row_granules);
+  *out = s;
+  return true;
+}
+
+// Whether the staged kernel takes phases p of n images with C channels of
+// elem bytes (channels-last; the caller checks 16-byte alignment), and its
+// plan: the columns of plan_dw_staged_columns, rows halved from whole
+// columns until the grid fills the GPU while the window's warm-up stays at
+// most a quarter of the rows. max_run and max_tw narrow the blocks (the host
+// tests, for several runs and column tiles on small cases).
+inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStagedPlan* out,
+                           int32_t max_run = kDwStagedMaxRun, int32_t max_tw = kDwStagedThreads) {
+  if (p.count != 1 || n < 1) return false;
+  const DwGeom& g = p.g[0];
+  DwStagedPlan s;
+  const int depth = g.stride[1] == 1 ? dw_staged_depth<1>() : dw_staged_depth<2>();
+  if (!plan_dw_staged_columns(g, C, elem, depth, 0, max_run, max_tw, &s)) return false;
   const int32_t OH = g.out[1];
   const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
   s.rows = OH;
@@ -121,12 +140,7 @@ inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   s.rows = (OH + s.row_tiles - 1) / s.row_tiles;
   s.blocks = per_row_tile * s.row_tiles;
   if (s.blocks >= (int64_t{1} << 31)) return false;
-  s.by_run = FastDiv(s.run);
-  s.by_runs = FastDiv(s.runs);
-  s.by_col_tiles = FastDiv(s.col_tiles);
   s.by_row_tiles = FastDiv(s.row_tiles);
-  s.by_granules = FastDiv(s.granules);
-  s.by_row_granules = FastDiv(s.row_granules);
   *out = s;
   return true;
 }
@@ -194,13 +208,57 @@ __device__ __forceinline__ void dw_staged_copy(unsigned char* ring, uint32_t rin
 #endif
 }
 
+// A thread's copies of a staged row, planned once.
+struct DwStagedCopies {
+  int64_t src[kDwStagedCopies];  // a copy's element offset from its row's start (column, channel)
+  int32_t dst[kDwStagedCopies];  // its byte offset in a ring row
+  uint32_t bits = 0;             // bit c: copy c exists; bit 8 + c: its column is inside the image
+};
+
+// Thread tid's copies of a staged row of `row_granules` 16-byte copies,
+// `by_granules` a pixel, from column col0 of a row `width` pixels wide whose
+// pixels hold C channels of T, the run's channels from c0.
+template <typename T>
+__device__ __forceinline__ void dw_staged_plan_copies(DwStagedCopies& cp, int32_t tid, const FastDiv& by_granules,
+                                                      int32_t row_granules, int32_t col0, int32_t width, int64_t C,
+                                                      int64_t c0) {
+  constexpr int32_t GV = static_cast<int32_t>(16 / sizeof(T));  // channels a copy holds
+  cp.bits = 0;
+#pragma unroll
+  for (int c = 0; c < kDwStagedCopies; ++c) {
+    const int32_t i = tid + c * kDwStagedThreads;
+    int32_t col, gi;
+    by_granules.divmod(i, col, gi);
+    const int64_t ch = c0 + int64_t{gi} * GV;
+    cp.src[c] = int64_t{col0 + col} * C + ch;
+    cp.dst[c] = i * 16;
+    if (i < row_granules && ch < C) cp.bits |= 1u << c;
+    if (static_cast<uint32_t>(col0 + col) < static_cast<uint32_t>(width)) cp.bits |= 1u << (8 + c);
+  }
+}
+
+// Every thread's copies (cp(state)) of `row` (row_ok: inside the image) into
+// the ring row at byte `slot`; zeros where the row or a copy's column is
+// outside the image (`fallback`: any valid address).
+template <typename T, typename State, typename Exec, typename Copies>
+__device__ __forceinline__ void dw_staged_issue(Exec& e, unsigned char* ring, uint32_t ring_s, int32_t slot,
+                                                const T* row, bool row_ok, const T* fallback, Copies&& cp_of) {
+  e.each([&](State& st) {
+    const DwStagedCopies& cp = cp_of(st);
+#pragma unroll
+    for (int c = 0; c < kDwStagedCopies; ++c) {
+      if (!(cp.bits >> c & 1u)) continue;
+      const bool valid = row_ok && (cp.bits >> (8 + c) & 1u);
+      dw_staged_copy(ring, ring_s, slot + cp.dst[c], valid ? row + cp.src[c] : fallback, valid);
+    }
+  });
+}
+
 template <typename A, int V>
 struct DwStagedState {
   A wt[kDwStreamK][kDwStreamK][V];
   A win[kDwStreamK][kDwStreamK][V];
-  int64_t src[kDwStagedCopies];  // a copy's element offset from its input row's start (column, channel)
-  int32_t dst[kDwStagedCopies];  // its byte offset in a ring row
-  uint32_t copies = 0;           // bit c: copy c exists; bit 8 + c: its column is inside the image
+  DwStagedCopies x;              // the input rows' copies
   int32_t read = 0;              // byte offset in a ring row of the thread's window (column, vector)
   int32_t col = 0, vec = 0;
   bool active = false;
@@ -218,7 +276,6 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
   using State = DwStagedState<A, dw_vector(sizeof(T), true)>;
   constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true), D = dw_staged_depth<SY>();
   constexpr int KEEP = K > SY ? K - SY : 0;
-  constexpr int32_t GV = static_cast<int32_t>(16 / sizeof(T));  // channels a copy holds
 
   int32_t b = static_cast<int32_t>(block), run_i, ct, rt;
   s.by_runs.divmod(b, b, run_i);
@@ -235,18 +292,7 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
 
   e.each([&](State& st) {
     const int32_t tid = static_cast<int32_t>(threadIdx.x);
-    st.copies = 0;
-#pragma unroll
-    for (int c = 0; c < kDwStagedCopies; ++c) {
-      const int32_t i = tid + c * kDwStagedThreads;
-      int32_t col, gi;
-      s.by_granules.divmod(i, col, gi);
-      const int64_t ch = c0 + int64_t{gi} * GV;
-      st.src[c] = int64_t{ix0 + col} * C + ch;
-      st.dst[c] = i * 16;
-      if (i < s.row_granules && ch < C) st.copies |= 1u << c;
-      if (static_cast<uint32_t>(ix0 + col) < static_cast<uint32_t>(IW)) st.copies |= 1u << (8 + c);
-    }
+    dw_staged_plan_copies<T>(st.x, tid, s.by_granules, s.row_granules, ix0, IW, C, c0);
     s.by_run.divmod(tid, st.col, st.vec);
     st.read = st.col * g.stride[2] * pixel_bytes + st.vec * static_cast<int32_t>(V * sizeof(T));
     const int64_t ch = c0 + int64_t{st.vec} * V;
@@ -264,15 +310,8 @@ __device__ __forceinline__ void dw_staged_block(Exec& e, unsigned char* __restri
       const int32_t iy = iy0 + next_row;
       const bool row_ok = static_cast<uint32_t>(iy) < static_cast<uint32_t>(IH);
       const T* const row = x_image + (row_ok ? iy : 0) * row_elems;
-      const int32_t slot = write_slot * s.row_bytes;
-      e.each([&](State& st) {
-#pragma unroll
-        for (int c = 0; c < kDwStagedCopies; ++c) {
-          if (!(st.copies >> c & 1u)) continue;
-          const bool valid = row_ok && (st.copies >> (8 + c) & 1u);
-          dw_staged_copy(ring, ring_s, slot + st.dst[c], valid ? row + st.src[c] : x, valid);
-        }
-      });
+      dw_staged_issue<T, State>(e, ring, ring_s, write_slot * s.row_bytes, row, row_ok, x,
+                                [](State& st) -> const DwStagedCopies& { return st.x; });
     }
     e.each([&](State&) { dw_staged_commit(); });
   };

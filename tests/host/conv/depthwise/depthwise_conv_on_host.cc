@@ -33,6 +33,7 @@
 #include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
 #include "conv/depthwise/depthwise_stream_staged.cuh"
+#include "conv/depthwise/depthwise_stream_staged_filter.cuh"
 #include "host_reference.h"
 
 using namespace im2col;
@@ -41,7 +42,7 @@ using namespace im2col::cuda;
 namespace {
 
 int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0, streamed_filter = 0,
-    streamed_staged = 0;
+    streamed_staged = 0, staged_filter = 0;
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
@@ -365,6 +366,39 @@ void run_stream_filter(const T* dy, const T* x, std::vector<typename Acc<T>::typ
   }
 }
 
+// Runs every block of a staged filter-gradient launch on the host (the plan
+// for the call's slices f); half the time with its runs, columns and rows
+// narrowed at random. Its slices (a column tile of tile_w columns and a row
+// tile of one image each) replace f. False where it does not plan.
+template <int SY, typename T>
+bool run_staged_filter(const T* dy, const T* x, std::vector<typename Acc<T>::type>& partials, const DwGeom& g,
+                       FilterSlices* f, int64_t* tile_w, int64_t N, int64_t C) {
+  using A = typename Acc<T>::type;
+  DwStagedFilterPlan sf;
+  const bool narrow = draw(0, 1) == 0;
+  const int32_t per_granule = sizeof(T) == 2 ? 2 : 1;
+  if (!plan_dw_staged_filter(g, *f, N, C, sizeof(T), &sf, narrow ? per_granule * draw(1, 3) : kDwStagedMaxRun,
+                             narrow ? draw(1, 9) : kDwStagedThreads))
+    return false;
+  if (narrow) {
+    DwStagedPlan& s = sf.s;
+    s.rows = draw(1, s.rows);
+    s.row_tiles = (g.out[1] + s.rows - 1) / s.rows;
+    s.blocks = int64_t{s.runs} * s.col_tiles * s.row_tiles * N;
+    s.by_row_tiles = FastDiv(s.row_tiles);
+    sf.f.rows = s.rows;
+    sf.f.per_image = int64_t{s.col_tiles} * s.row_tiles;
+    sf.f.count = N * sf.f.per_image;
+  }
+  *f = sf.f;
+  *tile_w = sf.s.tw;
+  partials.assign(f->count * kDwStreamK * kDwStreamK * C, A(-999));
+  std::vector<unsigned char> ring(static_cast<size_t>(sf.smem), 0xcd);
+  HostExec<DwStagedFilterState<A, dw_vector(sizeof(T), true)>> e(kDwStagedThreads);
+  for (int64_t b = 0; b < sf.s.blocks; ++b) dw_staged_filter_block<SY, T>(e, ring.data(), dy, x, partials.data(), g, sf, C, b);
+  return true;
+}
+
 template <bool CL, typename T>
 bool filter_case(int nd, bool stream_domain = false) {
   using A = typename Acc<T>::type;
@@ -395,7 +429,18 @@ bool filter_case(int nd, bool stream_domain = false) {
   const DwGeom dg = dw_lift(g);
   DwFilterTile t;
   DwStreamFilterPlan sp;
-  if (CL && o.stream && !o.gather && plan_dw_stream_filter(dg, f, N, C, sizeof(T), &sp)) {
+  DwStagedFilterPlan staged_plan;
+  const bool try_staged = CL && o.stream && !o.gather && draw(0, 1) == 0 &&
+                          plan_dw_staged_filter(dg, f, N, C, sizeof(T), &staged_plan);
+  if (try_staged && (staged_plan.f.per_image > f.per_image || staged_plan.smem > kDwStagedSmem)) {
+    describe("staged filter slices past the workspace or shared memory", g, N, C, CL, sizeof(T), o);
+    return false;
+  }
+  int64_t tile_w = 0;  // a slice's columns where it is a column tile (the staged kernel), else 0: whole rows
+  if (try_staged && (dg.stride[1] == 1 ? run_staged_filter<1, T>(dy.data(), x.data(), partials, dg, &f, &tile_w, N, C)
+                                       : run_staged_filter<2, T>(dy.data(), x.data(), partials, dg, &f, &tile_w, N, C))) {
+    ++staged_filter;
+  } else if (CL && o.stream && !o.gather && plan_dw_stream_filter(dg, f, N, C, sizeof(T), &sp)) {
     // The stream's slices: no more an image than the call's.
     if (sp.f.per_image > f.per_image) {
       describe("stream slices past the workspace", g, N, C, CL, sizeof(T), o);
@@ -439,13 +484,17 @@ bool filter_case(int nd, bool stream_domain = false) {
     ++gathered;
     for (int64_t i = 0; i < f.count * K * C; ++i) dw_filter_element<T>(dy.data(), x.data(), partials.data(), dg, f, C, CL, i);
   }
-  // Each slice's partial sums against a float64 sum over its rows.
+  // Each slice's partial sums against a float64 sum over its rows (and its
+  // columns, where slices are column tiles too).
   const int64_t rest = g.out_size / g.out[0];
+  const int64_t col_tiles = tile_w > 0 ? (g.out[1] + tile_w - 1) / tile_w : 1;
   std::vector<double> want(partials.size(), 0.0);
   for (int64_t slice = 0; slice < f.count; ++slice) {
     const int64_t n = slice / f.per_image, part = slice % f.per_image;
-    const int64_t l0 = part * f.rows * rest, l1 = std::min(g.out[0], (part + 1) * f.rows) * rest;
+    const int64_t rt = part / col_tiles, ct = part % col_tiles;
+    const int64_t l0 = rt * f.rows * rest, l1 = std::min(g.out[0], (rt + 1) * f.rows) * rest;
     for_each_tap(g, C, l0, l1, [&](int64_t c, int64_t l, int64_t s, int64_t k) {
+      if (tile_w > 0 && (l % g.out[1]) / tile_w != ct) return;
       want[(slice * K + k) * C + c] +=
           to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(x[at(CL, n, s, c, C, g.in_size)]);
     });
@@ -556,11 +605,26 @@ void stream_choices(Tally& run) {
                   static_cast<long long>(l.size), static_cast<long long>(l.size), static_cast<long long>(l.c),
                   static_cast<long long>(l.stride), filter_planned, filter_streamed,
                   static_cast<long long>(sf.f.rows));
+    // The staged filter gradient takes every layer whose rows pay (all but
+    // the 7x7 map's at stride 1), within the call's slices and 48 KB.
+    DwStagedFilterPlan sg;
+    const FilterSlices call = filter_slices(64, g.out[0], fp.rows);
+    const bool sg_planned = plan_dw_staged_filter(p.g[0], call, 64, l.c, 2, &sg);
+    const bool sg_ok = sg_planned && sg.smem <= kDwStagedSmem && sg.f.per_image <= call.per_image &&
+                       dw_staged_filter_pays(p.g[0], sg) == !(l.size == 7 && l.stride == 1);
+    if (!sg_ok)
+      std::printf("FAIL: staged filter plan for %lldx%lldx%lld stride %lld: planned %d, rows %d, smem %d, "
+                  "slices an image %lld of %lld\n", static_cast<long long>(l.size), static_cast<long long>(l.size),
+                  static_cast<long long>(l.c), static_cast<long long>(l.stride), sg_planned, sg.s.rows, sg.smem,
+                  static_cast<long long>(sg.f.per_image), static_cast<long long>(call.per_image));
+    run(sg_ok);
     if (std::getenv("DW_PLANS"))
       std::printf("%lldx%lld s%lld: call rows %lld; stream rows %lld, runs %d of %d vectors, lanes %d, threads %d, "
-                  "blocks %lld\n", static_cast<long long>(l.size), static_cast<long long>(l.c),
-                  static_cast<long long>(l.stride), static_cast<long long>(fp.rows), static_cast<long long>(sf.f.rows),
-                  sf.runs, sf.nvb, sf.lanes, sf.threads, static_cast<long long>(sf.blocks));
+                  "blocks %lld; staged: run %d, tw %d x %d tiles, rows %d x %d tiles, blocks %lld, smem %d\n",
+                  static_cast<long long>(l.size), static_cast<long long>(l.c), static_cast<long long>(l.stride),
+                  static_cast<long long>(fp.rows), static_cast<long long>(sf.f.rows), sf.runs, sf.nvb, sf.lanes,
+                  sf.threads, static_cast<long long>(sf.blocks), sg.s.run, sg.s.tw, sg.s.col_tiles, sg.s.rows,
+                  sg.s.row_tiles, static_cast<long long>(sg.s.blocks), sg.smem);
     run(filter_planned && filter_streamed == l.filter_streamed);
   }
 }
@@ -600,8 +664,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%d forward, %d input-gradient, %d filter-gradient cases; %d tiled runs, %d per-element runs, "
-              "%d streamed runs (%d with staged rows), %d streamed filter gradients\n", ran_forward, ran_backward,
-              ran_filter, staged, gathered, streamed + streamed_staged, streamed_staged, streamed_filter);
+              "%d streamed runs (%d with staged rows), %d streamed filter gradients (%d with staged rows)\n", ran_forward,
+              ran_backward, ran_filter, staged, gathered, streamed + streamed_staged, streamed_staged,
+              streamed_filter + staged_filter, staged_filter);
   std::printf("forward tiles: %d with 32-bit block indices\n", decoded32);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
