@@ -47,9 +47,11 @@ constexpr int dw_staged_filter_pitch() {
   return dw_staged_filter_pitch_of(sizeof(T));
 }
 
-// Computing threads (run x tw a block) a grid needs to fill the GPU: about two
-// waves of whole blocks, two blocks an SM on 132 SMs.
-constexpr int64_t kDwStagedFilterFill = int64_t{512} * kDwStagedThreads;
+// Blocks resident at once (two an SM on an H100's or H200's 132 SMs), and the
+// row steps a block's start and end cost beside its rows (its first rows'
+// latency, the window's warm-up, the sums): the plan's estimate of time.
+constexpr int64_t kDwStagedResident = 264;
+constexpr int64_t kDwStagedFilterBlockSteps = 8;
 
 struct DwStagedFilterPlan {
   DwStagedPlan s;            // columns, rows and blocks as the staged forward's
@@ -61,14 +63,15 @@ struct DwStagedFilterPlan {
 
 // Whether the staged filter gradient takes g over n images with C channels
 // of elem bytes (channels-last; the caller checks 16-byte alignment), whose
-// call planned slices `call`, and its plan. For runs of max_run vectors and
-// narrower by halves: the staged forward's columns, then rows halved from
-// whole columns until the grid fills the GPU, never into more slices an
-// image than the call's, while the window's warm-up stays at most a quarter
-// of the rows. The run whose grid holds the most computing threads wins, up
-// to kDwStagedFilterFill, the widest among equals: narrower runs give a block
-// more columns, so fewer column tiles and more row tiles within the call's
-// slices, but leave threads idle where the map is narrow. max_run and max_tw
+// call planned slices `call`, and its plan: of the runs of max_run vectors
+// and narrower by halves (the staged forward's columns for each), and of the
+// row tiles that keep the window's warm-up at most a quarter of the rows and
+// the slices an image within the call's, the one of least estimated time,
+// the widest run and fewest blocks among equals. Its blocks are long (every
+// row step waits at a barrier), so the estimate counts waves of resident
+// blocks: ceil(blocks / kDwStagedResident) x (rows + kDwStagedFilterBlockSteps).
+// (MobileNetV2's 56x56x144 layer, bfloat16, batch 64: 576 blocks of 56 rows,
+// 2.2 waves, took 1.05x the streamed kernel's time.) max_run and max_tw
 // narrow the blocks (the host tests).
 inline bool plan_dw_staged_filter(const DwGeom& g, const FilterSlices& call, int64_t n, int64_t C, size_t elem,
                                   DwStagedFilterPlan* out, int32_t max_run = kDwStagedMaxRun,
@@ -77,29 +80,27 @@ inline bool plan_dw_staged_filter(const DwGeom& g, const FilterSlices& call, int
   const int depth = g.stride[1] == 1 ? dw_staged_filter_depth<1>() : dw_staged_filter_depth<2>();
   const int32_t per_granule = static_cast<int32_t>(16 / (dw_vector(elem, true) * elem));
   const int32_t OH = g.out[1];
-  const auto row_tiles_of = [&](int32_t rows) { return (OH + rows - 1) / rows; };
   DwStagedPlan best;
-  int64_t best_fill = 0;
+  int64_t best_cost = -1;
   for (int32_t run = max_run; run >= per_granule; run /= 2) {
     DwStagedPlan s;
     if (!plan_dw_staged_columns(g, C, elem, depth, depth + 1, run, max_tw, &s)) continue;
-    if (s.col_tiles > call.per_image) continue;
     const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
-    s.rows = OH;
-    while (s.rows > 1 && dw_stream_rows_pay(g, (s.rows + 1) / 2) &&
-           per_row_tile * row_tiles_of(s.rows) < kDwStagedFillBlocks &&
-           int64_t{s.col_tiles} * row_tiles_of((s.rows + 1) / 2) <= call.per_image)
-      s.rows = (s.rows + 1) / 2;
-    s.row_tiles = row_tiles_of(s.rows);
-    s.rows = (OH + s.row_tiles - 1) / s.row_tiles;
-    s.blocks = per_row_tile * s.row_tiles;
-    const int64_t fill = std::min<int64_t>(s.blocks * s.run * s.tw, kDwStagedFilterFill);
-    if (fill > best_fill) {
+    const int64_t max_row_tiles = std::min<int64_t>(OH, call.per_image / s.col_tiles);
+    for (int64_t tiles = 1; tiles <= max_row_tiles; ++tiles) {
+      const int32_t rows = static_cast<int32_t>((OH + tiles - 1) / tiles);
+      if ((OH + rows - 1) / rows != tiles || !dw_stream_rows_pay(g, rows)) continue;
+      const int64_t blocks = per_row_tile * tiles;
+      const int64_t cost = (blocks + kDwStagedResident - 1) / kDwStagedResident * (rows + kDwStagedFilterBlockSteps);
+      if (best_cost >= 0 && cost >= best_cost) continue;
       best = s;
-      best_fill = fill;
+      best.rows = rows;
+      best.row_tiles = static_cast<int32_t>(tiles);
+      best.blocks = blocks;
+      best_cost = cost;
     }
   }
-  if (best_fill == 0 || best.blocks >= (int64_t{1} << 31)) return false;
+  if (best_cost < 0 || best.blocks >= (int64_t{1} << 31)) return false;
   best.by_row_tiles = FastDiv(best.row_tiles);
   DwStagedFilterPlan f;
   f.s = best;

@@ -610,8 +610,10 @@ void stream_choices(Tally& run) {
     DwStagedFilterPlan sg;
     const FilterSlices call = filter_slices(64, g.out[0], fp.rows);
     const bool sg_planned = plan_dw_staged_filter(p.g[0], call, 64, l.c, 2, &sg);
-    const bool sg_ok = sg_planned && sg.smem <= kDwStagedSmem && sg.f.per_image <= call.per_image &&
-                       dw_staged_filter_pays(p.g[0], sg) == !(l.size == 7 && l.stride == 1);
+    const bool sg_ok = l.size == 7 && l.stride == 1
+                           ? !(sg_planned && dw_staged_filter_pays(p.g[0], sg))
+                           : sg_planned && sg.smem <= kDwStagedSmem && sg.f.per_image <= call.per_image &&
+                                 dw_staged_filter_pays(p.g[0], sg);
     if (!sg_ok)
       std::printf("FAIL: staged filter plan for %lldx%lldx%lld stride %lld: planned %d, rows %d, smem %d, "
                   "slices an image %lld of %lld\n", static_cast<long long>(l.size), static_cast<long long>(l.size),
