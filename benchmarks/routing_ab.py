@@ -69,6 +69,10 @@ CANDIDATES = {
     # Every unit-stride bf16 3x3 depthwise op, the 112² maps too: inside MobileNetV2's step the
     # project's depthwise kernels took 1623 us against cuDNN's 1402 (step_kernels, 2026-11-28).
     "depthwise_112": depthwise_half(112),
+    # The unit-stride bf16 3x3 filter gradients of maps of 14 to 28 (MobileNetV2's 28x192,
+    # 14x384 and 14x576 layers: 1.19, 1.01 and 1.21x XLA's alone with the staged filter
+    # gradient, 2026-11-29).
+    "filter_14_28": depthwise_half(28, ("filter_gradient",), min_side=14),
     # ConvNeXt-T's bfloat16 7x7 filter gradients on every map, 7x7 included (0.33x XLA's
     # alone; the class measured on 2026-11-28, optimization log, step 115).
     "large_filter_all": depthwise_half(56, ("filter_gradient",), taps=lambda k: k >= 25),
