@@ -5,17 +5,20 @@
 //
 // Why: the streamed filter gradient (depthwise_stream_filter.cuh) loads each
 // step's input row and dy vector into registers one step ahead, as the
-// streamed forward did, and moved 1.0-1.3 TB/s on MobileNetV2's bfloat16
-// layers (cuDNN's kernels took 0.8-0.9x its time). Here a block takes a run
-// of channels over `tw` output columns and `rows` output rows of one image,
-// as the staged forward's blocks; each step its threads copy the input rows
-// the window slides onto and one dy row `depth` steps ahead into two rings.
-// A thread owns one channel vector at one output column: the 3x3 window and
-// the 9 taps' sums in registers. At the end the block's threads sum their
-// columns in shared memory (the rings' bytes) in a fixed order and write one
-// partial sum per slice, tap and channel; a slice is one block's column
-// tile and row tile of one image, and depthwise_conv.cu's second pass sums
-// the slices in a fixed order. Deterministic: no atomics.
+// streamed forward did, and moved 1.3-1.4 TB/s at unit stride on MobileNetV2's
+// bfloat16 112² and 56² layers (cuDNN's kernels took 0.87-0.89x its time).
+// Staged, those took 0.82-0.83x its time, and MobileNetV2's nine filter
+// gradients 0.65-0.86x the kernels they replaced (BENCHMARKS.md, 2026-11-29).
+// Here a block takes a run of channels over `tw` output columns and `rows`
+// output rows of one image, as the staged forward's blocks; each step its
+// threads copy the input rows the window slides onto and one dy row `depth`
+// steps ahead into two rings. A thread owns one channel vector at one output
+// column: the 3x3 window and the 9 taps' sums in registers. At the end the
+// block's threads sum their columns in shared memory (the rings' bytes) in a
+// fixed order and write one partial sum per slice, tap and channel; a slice
+// is one block's column tile and row tile of one image, and
+// depthwise_conv.cu's second pass sums the slices in a fixed order.
+// Deterministic: no atomics.
 //
 // No XLA headers: the host tests run the block body with an executor that
 // runs the threads one after another between barriers.
@@ -31,9 +34,8 @@
 namespace im2col::cuda {
 
 // Row steps staged ahead. Two rings must fit the 48 KB that the staged
-// forward's one does: at stride 2 three steps (six input rows) keep
-// MobileNetV2's 112x112x96 layer in six column tiles, the slices its call
-// planned.
+// forward's one does: at stride 2 three steps (six input rows) leave room for
+// runs of 12-32 vectors over 7-19 columns on MobileNetV2's layers.
 template <int SY>
 constexpr int dw_staged_filter_depth() {
   return SY == 1 ? 8 : 3;

@@ -9,8 +9,10 @@
 // their fixed-order sum; the tiles (planned under small shared-memory budgets
 // too, so that windows run in stages and slices in several tiles), with and
 // without the register rings, the per-element kernels, and the streamed 3x3
-// forward with its rows loaded into registers or staged in a shared-memory
-// ring (its runs, columns and rows narrowed at random). Outputs are
+// forward and filter gradient with their rows loaded into registers or
+// staged in shared-memory rings (their runs, columns and rows narrowed at
+// random; the staged filter gradient's slices, column tiles of row tiles,
+// checked against float64 sums over their rows and columns). Outputs are
 // poisoned before each run and every element is checked. Small integers keep
 // every sum exact, so the checks are equalities after one rounding.
 // Run by tests/test_kernels_on_host.py; prints "N passed, M failed".
@@ -22,7 +24,8 @@
 // filter ring's slot off by one: 142; the filter gradient ignoring its
 // slice's bounds along H and W (sums rows of the next slice): 4, only since
 // the filter tiles are also shrunk at random (before that: 0, a gap); the
-// staged forward's ring one row step short: 7-25.
+// staged forward's ring one row step short: 7-25; the staged filter
+// gradient's dy ring one slot short: 10, its input ring one row step short: 9.
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
