@@ -50,7 +50,8 @@ import jax_im2col  # noqa: E402
 CFG = bench.TimingConfig(warmup=2, min_reps=5, max_reps=12, budget_s=0.06, max_inner=32)
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 SWITCHES = ("JAX_IM2COL_NO_DW_RING", "JAX_IM2COL_NO_DW_NARROW_RUNS", "JAX_IM2COL_NO_DW_SECTOR_COST", "JAX_IM2COL_NO_DW_TILES",
-            "JAX_IM2COL_NO_DW_STREAM", "JAX_IM2COL_NO_DW_STAGED", "JAX_IM2COL_NO_DW_STREAM_FILTER_S1",
+            "JAX_IM2COL_NO_DW_STREAM", "JAX_IM2COL_NO_DW_STAGED", "JAX_IM2COL_NO_DW_STAGED_FILTER",
+            "JAX_IM2COL_NO_DW_STREAM_FILTER_S1",
             "JAX_IM2COL_NO_DW_MMA")
 
 
