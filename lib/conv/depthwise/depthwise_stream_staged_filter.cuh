@@ -89,9 +89,11 @@ inline bool plan_dw_staged_filter(const DwGeom& g, const FilterSlices& call, int
     if (!plan_dw_staged_columns(g, C, elem, depth, depth + 1, run, max_tw, &s)) continue;
     const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
     const int64_t max_row_tiles = std::min<int64_t>(OH, call.per_image / s.col_tiles);
-    for (int64_t tiles = 1; tiles <= max_row_tiles; ++tiles) {
+    // Each distinct row count once, with the fewest tiles that give it.
+    for (int64_t tiles = 1, next = 1; tiles <= max_row_tiles; tiles = next) {
       const int32_t rows = static_cast<int32_t>((OH + tiles - 1) / tiles);
-      if ((OH + rows - 1) / rows != tiles || !dw_stream_rows_pay(g, rows)) continue;
+      next = rows > 1 ? (OH + rows - 2) / (rows - 1) : max_row_tiles + 1;
+      if (!dw_stream_rows_pay(g, rows)) break;
       const int64_t blocks = per_row_tile * tiles;
       const int64_t cost = (blocks + kDwStagedResident - 1) / kDwStagedResident * (rows + kDwStagedFilterBlockSteps);
       if (best_cost >= 0 && cost >= best_cost) continue;
