@@ -19,7 +19,8 @@ and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 (2 x multiply-adds of the forward, padding taps included).
 
   python benchmarks/depthwise_bench.py --out DIR [--cases convnext,mbv2,effnet,replk]
-      [--dtypes f32,bf16] [--ops fwd,dgrad,wgrad] [--deadline-s 170]
+      [--dtypes f32,bf16] [--ops fwd,dgrad,wgrad] [--layers 14x576,28x192-s2]
+      [--deadline-s 170]
 
 Writes depthwise_bench.json under --out (with the JAX_IM2COL_NO_DW_* switches
 of the run, for A/B runs: JAX_IM2COL_NO_DW_RING=1, JAX_IM2COL_NO_DW_NARROW_RUNS=1,
@@ -68,6 +69,10 @@ class Layer:
   def name(self):
     s = f"-s{self.stride}" if self.stride > 1 else ""
     return f"{self.group} {self.size}x{self.c} k{self.k}{s}"
+
+  @property
+  def key(self):
+    return f"{self.size}x{self.c}" + (f"-s{self.stride}" if self.stride > 1 else "")
 
   @property
   def pad(self):
@@ -142,6 +147,8 @@ def main():
   parser.add_argument("--cases", default="convnext,mbv2,effnet,replk")
   parser.add_argument("--dtypes", default="f32,bf16")
   parser.add_argument("--ops", default="fwd,dgrad,wgrad")
+  parser.add_argument("--layers", default="",
+                      help="comma-separated layers as SIZExC[-sSTRIDE] (e.g. 14x576,28x192-s2); all if empty")
   parser.add_argument("--deadline-s", type=float, default=170)
   parser.add_argument("--jax-clock", choices=("span", "host"), default=None,
                       help="device span (default on a GPU that torch's profiler sees) or the host clock")
@@ -151,6 +158,7 @@ def main():
   bench.JAX_CLOCK = args.jax_clock
   start = time.perf_counter()
   groups, ops = args.cases.split(","), args.ops.split(",")
+  only = {name.strip() for name in args.layers.split(",") if name.strip()}
   rows = []
   print(f"device: {jax.devices()[0]}; clock: {args.jax_clock}; switches: " +
         (", ".join(f"{s}={os.environ[s]}" for s in SWITCHES if s in os.environ) or "none"), flush=True)
@@ -159,7 +167,7 @@ def main():
   for dt in args.dtypes.split(","):
     dtype = DTYPES[dt]
     for layer in LAYERS:
-      if layer.group not in groups:
+      if layer.group not in groups or (only and layer.key not in only):
         continue
       total = {"ours": 0.0, "xla": 0.0}
       for op in ops:

@@ -24,6 +24,7 @@
 // one after another between barriers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -37,7 +38,6 @@ namespace im2col::cuda {
 constexpr int kDwStagedThreads = 256;
 constexpr int32_t kDwStagedMaxRun = 32;           // channel vectors a block's run, at most
 constexpr int32_t kDwStagedSmem = 48 * 1024;      // the ring's bytes, at most (no opt-in needed)
-constexpr int64_t kDwStagedFillBlocks = 1024;     // ~4 waves of two blocks on 132 SMs
 constexpr int kDwStagedCopies = 2;                 // 16-byte copies a thread makes for a staged row, at most
 
 // Row steps staged ahead: at stride 1 one row a step, at stride 2 two.
@@ -117,32 +117,70 @@ inline bool plan_dw_staged_columns(const DwGeom& g, int64_t C, size_t elem, int 
   return true;
 }
 
+// Blocks resident at once (two an SM on an H100's or H200's 132 SMs), and the
+// row steps a block's start and end cost beside its rows (its first rows'
+// latency, the window's warm-up; the filter gradient's sums): the plans'
+// estimate of time. A staged block is long (every row step waits at a
+// barrier), so a grid pays for its last wave whole: the estimate counts waves
+// of resident blocks, ceil(blocks / kDwStagedResident) x (rows +
+// kDwStagedBlockSteps). (MobileNetV2's 56x56x144 filter gradient, bfloat16,
+// batch 64: 576 blocks of 56 rows, 2.2 waves, took 1.05x the streamed
+// kernel's time.)
+constexpr int64_t kDwStagedResident = 264;
+constexpr int64_t kDwStagedBlockSteps = 8;
+
+// Of the column layouts of plan_dw_staged_columns for runs of max_run vectors
+// and narrower (each run width once) and of the row tilings of at most
+// max_tiles(columns) tiles whose rows repay the window's warm-up, the one of
+// least estimated time; the widest run and fewest blocks among equals. Fills
+// rows, row_tiles and blocks too; false where none fits.
+template <typename MaxTiles>
+inline bool plan_dw_staged_priced(const DwGeom& g, int64_t n, int64_t C, size_t elem, int depth, int dy_slots,
+                                  int32_t max_run, int32_t max_tw, MaxTiles max_tiles, DwStagedPlan* out) {
+  if (n < 1 || elem == 0 || elem > 8) return false;
+  const int32_t per_granule = static_cast<int32_t>(16 / (dw_vector(elem, true) * elem));
+  const int32_t OH = g.out[1];
+  DwStagedPlan best;
+  int64_t best_cost = -1;
+  int32_t last_run = 0;
+  for (int32_t run = max_run; run >= per_granule; run -= per_granule) {
+    DwStagedPlan s;
+    if (!plan_dw_staged_columns(g, C, elem, depth, dy_slots, run, max_tw, &s) || s.run == last_run) continue;
+    last_run = s.run;
+    const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
+    const int64_t tile_bound = std::min<int64_t>(OH, max_tiles(s));
+    // Each distinct row count once, with the fewest tiles that give it.
+    for (int64_t tiles = 1, next = 1; tiles <= tile_bound; tiles = next) {
+      const int32_t rows = static_cast<int32_t>((OH + tiles - 1) / tiles);
+      next = rows > 1 ? (OH + rows - 2) / (rows - 1) : tile_bound + 1;
+      if (!dw_stream_rows_pay(g, rows)) break;
+      const int64_t blocks = per_row_tile * tiles;
+      const int64_t cost = (blocks + kDwStagedResident - 1) / kDwStagedResident * (rows + kDwStagedBlockSteps);
+      if (best_cost >= 0 && cost >= best_cost) continue;
+      best = s;
+      best.rows = rows;
+      best.row_tiles = static_cast<int32_t>(tiles);
+      best.blocks = blocks;
+      best_cost = cost;
+    }
+  }
+  if (best_cost < 0 || best.blocks >= (int64_t{1} << 31)) return false;
+  best.by_row_tiles = FastDiv(best.row_tiles);
+  *out = best;
+  return true;
+}
+
 // Whether the staged kernel takes phases p of n images with C channels of
 // elem bytes (channels-last; the caller checks 16-byte alignment), and its
-// plan: the columns of plan_dw_staged_columns, rows halved from whole
-// columns until the grid fills the GPU while the window's warm-up stays at
-// most a quarter of the rows. max_run and max_tw narrow the blocks (the host
-// tests, for several runs and column tiles on small cases).
+// plan (plan_dw_staged_priced). max_run and max_tw narrow the blocks (the
+// host tests, for several runs and column tiles on small cases).
 inline bool plan_dw_staged(const DwPhases& p, int64_t n, int64_t C, size_t elem, DwStagedPlan* out,
                            int32_t max_run = kDwStagedMaxRun, int32_t max_tw = kDwStagedThreads) {
-  if (p.count != 1 || n < 1) return false;
+  if (p.count != 1) return false;
   const DwGeom& g = p.g[0];
-  DwStagedPlan s;
   const int depth = g.stride[1] == 1 ? dw_staged_depth<1>() : dw_staged_depth<2>();
-  if (!plan_dw_staged_columns(g, C, elem, depth, 0, max_run, max_tw, &s)) return false;
-  const int32_t OH = g.out[1];
-  const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
-  s.rows = OH;
-  while (dw_stream_rows_pay(g, (s.rows + 1) / 2) && s.rows > 1 && per_row_tile * ((OH + s.rows - 1) / s.rows) <
-         kDwStagedFillBlocks)
-    s.rows = (s.rows + 1) / 2;
-  s.row_tiles = (OH + s.rows - 1) / s.rows;
-  s.rows = (OH + s.row_tiles - 1) / s.row_tiles;
-  s.blocks = per_row_tile * s.row_tiles;
-  if (s.blocks >= (int64_t{1} << 31)) return false;
-  s.by_row_tiles = FastDiv(s.row_tiles);
-  *out = s;
-  return true;
+  return plan_dw_staged_priced(g, n, C, elem, depth, 0, max_run, max_tw,
+                               [&](const DwStagedPlan&) { return int64_t{g.out[1]}; }, out);
 }
 
 // Whether the staged plan's rows repay the window's warm-up (as

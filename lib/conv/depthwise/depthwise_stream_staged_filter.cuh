@@ -49,12 +49,6 @@ constexpr int dw_staged_filter_pitch() {
   return dw_staged_filter_pitch_of(sizeof(T));
 }
 
-// Blocks resident at once (two an SM on an H100's or H200's 132 SMs), and the
-// row steps a block's start and end cost beside its rows (its first rows'
-// latency, the window's warm-up, the sums): the plan's estimate of time.
-constexpr int64_t kDwStagedResident = 264;
-constexpr int64_t kDwStagedFilterBlockSteps = 8;
-
 struct DwStagedFilterPlan {
   DwStagedPlan s;            // columns, rows and blocks as the staged forward's
   int32_t dy_base = 0;       // the dy ring's byte offset: s.ring * s.row_bytes
@@ -65,47 +59,18 @@ struct DwStagedFilterPlan {
 
 // Whether the staged filter gradient takes g over n images with C channels
 // of elem bytes (channels-last; the caller checks 16-byte alignment), whose
-// call planned slices `call`, and its plan: of the runs of max_run vectors
-// and narrower by halves (the staged forward's columns for each), and of the
-// row tiles that keep the window's warm-up at most a quarter of the rows and
-// the slices an image within the call's, the one of least estimated time,
-// the widest run and fewest blocks among equals. Its blocks are long (every
-// row step waits at a barrier), so the estimate counts waves of resident
-// blocks: ceil(blocks / kDwStagedResident) x (rows + kDwStagedFilterBlockSteps).
-// (MobileNetV2's 56x56x144 layer, bfloat16, batch 64: 576 blocks of 56 rows,
-// 2.2 waves, took 1.05x the streamed kernel's time.) max_run and max_tw
-// narrow the blocks (the host tests).
+// call planned slices `call`, and its plan: plan_dw_staged_priced's, its
+// rings the input's and depth + 1 dy rows, never more slices an image than
+// the call's. max_run and max_tw narrow the blocks (the host tests).
 inline bool plan_dw_staged_filter(const DwGeom& g, const FilterSlices& call, int64_t n, int64_t C, size_t elem,
                                   DwStagedFilterPlan* out, int32_t max_run = kDwStagedMaxRun,
                                   int32_t max_tw = kDwStagedThreads) {
-  if (n < 1 || call.per_image < 1 || elem == 0 || elem > 8) return false;
+  if (call.per_image < 1) return false;
   const int depth = g.stride[1] == 1 ? dw_staged_filter_depth<1>() : dw_staged_filter_depth<2>();
-  const int32_t per_granule = static_cast<int32_t>(16 / (dw_vector(elem, true) * elem));
-  const int32_t OH = g.out[1];
   DwStagedPlan best;
-  int64_t best_cost = -1;
-  for (int32_t run = max_run; run >= per_granule; run /= 2) {
-    DwStagedPlan s;
-    if (!plan_dw_staged_columns(g, C, elem, depth, depth + 1, run, max_tw, &s)) continue;
-    const int64_t per_row_tile = int64_t{s.runs} * s.col_tiles * n;
-    const int64_t max_row_tiles = std::min<int64_t>(OH, call.per_image / s.col_tiles);
-    // Each distinct row count once, with the fewest tiles that give it.
-    for (int64_t tiles = 1, next = 1; tiles <= max_row_tiles; tiles = next) {
-      const int32_t rows = static_cast<int32_t>((OH + tiles - 1) / tiles);
-      next = rows > 1 ? (OH + rows - 2) / (rows - 1) : max_row_tiles + 1;
-      if (!dw_stream_rows_pay(g, rows)) break;
-      const int64_t blocks = per_row_tile * tiles;
-      const int64_t cost = (blocks + kDwStagedResident - 1) / kDwStagedResident * (rows + kDwStagedFilterBlockSteps);
-      if (best_cost >= 0 && cost >= best_cost) continue;
-      best = s;
-      best.rows = rows;
-      best.row_tiles = static_cast<int32_t>(tiles);
-      best.blocks = blocks;
-      best_cost = cost;
-    }
-  }
-  if (best_cost < 0 || best.blocks >= (int64_t{1} << 31)) return false;
-  best.by_row_tiles = FastDiv(best.row_tiles);
+  if (!plan_dw_staged_priced(g, n, C, elem, depth, depth + 1, max_run, max_tw,
+                             [&](const DwStagedPlan& s) { return call.per_image / s.col_tiles; }, &best))
+    return false;
   DwStagedFilterPlan f;
   f.s = best;
   f.dy_base = best.ring * best.row_bytes;
