@@ -59,8 +59,9 @@ def stem_forward_half(p) -> bool:
 # "depthwise_small" and "large_filter_14_28" here until they became rules, as were,
 # on 2026-11-28, "strided_input_gradient" (dense strided input gradients of
 # overlapping windows), "small_map_forward_half" (_SMALLEST_MAP), "stem_3d" (the 3-D
-# stems) and "strided_depthwise_filter_112" (_LARGE_STRIDED_FILTER_SIDE); under the
-# rules as they stand they would move nothing.
+# stems) and "strided_depthwise_filter_112" (_LARGE_STRIDED_FILTER_SIDE), and on
+# 2026-11-29 "filter_28" (_HALF_FILTER_3X3_SIDES: the bf16 3x3 filter gradients at
+# unit stride on 28² maps); under the rules as they stand they would move nothing.
 CANDIDATES = {
     "depthwise_56": depthwise_half(56),
     # The rule _SMALL_MAP was until 2026-11-29: those of maps of 28 or less.

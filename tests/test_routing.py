@@ -62,9 +62,12 @@ def test_auto_routes_by_class(dtype):
   # kernels in bfloat16 (the whole model's train step said so).
   dw = plan(f(64, 56, 56, 144), f(3, 3, 1, 144), groups=144)
   assert dw == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
-  # On maps of 28x28 and smaller the same.
+  # On maps of 28x28 the same, but the bfloat16 filter gradient on XLA's; on 14x14 maps
+  # the project's kernels again.
   small = plan(f(64, 28, 28, 192), f(3, 3, 1, 192), groups=192)
-  assert small == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
+  assert small == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
+  smallest = plan(f(64, 14, 14, 576), f(3, 3, 1, 576), groups=576)
+  assert smallest == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
   small_strided = plan(f(64, 28, 28, 192), f(3, 3, 1, 192), (2, 2), groups=192)
   assert small_strided == (("xla", "depthwise", "depthwise") if dtype == jnp.float32
                            else ("depthwise",) * 3)

@@ -34,6 +34,10 @@ _DEPTHWISE_MIN_TAPS = 25
 # class: ConvNeXt-T's; the 7x7 map's is 3x faster on the project's kernels).
 _LARGE_FILTER_SIDES = (14, 28)
 _CUDNN_MAX_TAPS = 49
+# The half-precision 3x3 depthwise filter gradients at unit stride that run faster on
+# XLA's convolution: maps of more than 14 and at most 28 a side (the measured class:
+# MobileNetV2's 28x28x192; its 14² and 56² layers are faster on the project's kernels).
+_HALF_FILTER_3X3_SIDES = (15, 28)
 # Smallest side of a map from which a float32 stride-2 depthwise filter gradient
 # runs faster on XLA's convolution.
 _LARGE_STRIDED_FILTER_SIDE = 112
@@ -91,8 +95,15 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
       # 0.33 (the bf16 filter gradient on ConvNeXt-T's 7x7 map), and far below 1 for the
       # 13x13 to 31x31 windows, where cuDNN has no kernel of its own for the window.
       return None
+    if (_half(p) and op == "filter_gradient" and not strided
+            and _HALF_FILTER_3X3_SIDES[0] <= max(p.in_spatial) <= _HALF_FILTER_3X3_SIDES[1]):
+      return ("a half-precision 3x3 depthwise filter gradient at unit stride on a map of more "
+              "than 14 and at most 28 a side: own / XLA 1.03-1.20 in device time (MobileNetV2's "
+              "28x28x192 layer, H200; cuDNN's time moved by 15% between compilations, the staged "
+              "kernel's by under 1%); its bfloat16 train step took 8.740 ms with these on XLA's, "
+              "8.760 on the project's kernels (one process, interleaved: level)")
     if _half(p):
-      # Every map and stride: the streamed kernels, their input rows staged in shared
+      # Every other map and stride: the streamed kernels, their input rows staged in shared
       # memory (H200, 2026-11-29). MobileNetV2's bfloat16 train step took 0.916x XLA's
       # time with all of its 3x3 depthwise ops on them, 0.982x with those at unit
       # stride on maps of 28 or less on XLA's (the rule before the staged rows; one
