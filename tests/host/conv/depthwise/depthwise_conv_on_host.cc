@@ -553,6 +553,28 @@ void layout_cases(Tally& run, int nd) {
   }
 }
 
+// A 2-D 3x3 window over size x size maps at `stride`, padded by one on each
+// side (MobileNetV2's depthwise layers), and the one phase of it.
+Geometry padded_3x3(int64_t size, int64_t stride) {
+  Geometry g;
+  g.nd = 2;
+  const int64_t pad_hi[kMaxSpatial] = {1, 1, 0};
+  for (int d = 0; d < 2; ++d) {
+    g.in[d] = size;
+    g.kernel[d] = 3;
+    g.stride[d] = stride;
+    g.pad_lo[d] = 1;
+  }
+  finish_geometry(g, pad_hi);
+  return g;
+}
+DwPhases one_phase(const Geometry& g) {
+  DwPhases p;
+  p.count = 1;
+  p.g[0] = dw_lift(g);
+  return p;
+}
+
 // Where depthwise_conv.cu streams MobileNetV2's bfloat16 3x3 layers (batch
 // 64, SAME): the forwards whose threads walk enough rows (dw_stream_pays), as
 // measured, and never the tiles' remaining cases; the filter gradients at
@@ -567,19 +589,8 @@ void stream_choices(Tally& run) {
                          Layer{28, 192, 1, false, false}, Layer{28, 192, 2, true, true},
                          Layer{14, 384, 1, false, false}, Layer{14, 576, 2, true, true},
                          Layer{7, 960, 1, false, false}}) {
-    Geometry g;
-    g.nd = 2;
-    const int64_t pad_hi[kMaxSpatial] = {1, 1, 0};
-    for (int d = 0; d < 2; ++d) {
-      g.in[d] = l.size;
-      g.kernel[d] = 3;
-      g.stride[d] = l.stride;
-      g.pad_lo[d] = 1;
-    }
-    finish_geometry(g, pad_hi);
-    DwPhases p;
-    p.count = 1;
-    p.g[0] = dw_lift(g);
+    const Geometry g = padded_3x3(l.size, l.stride);
+    const DwPhases p = one_phase(g);
     // The staged rows take every layer whose plan pays (all but the 7x7 map's 7 rows),
     // its ring within the shared-memory budget.
     DwStagedPlan staged_plan;
@@ -643,19 +654,7 @@ void stream_choices(Tally& run) {
 // 18-vector runs over all 14 columns; run widths halved from 32 gave 576 or
 // 640 blocks, three waves. One slice an image, as the call plans it there.
 void staged_wave_choices(Tally& run) {
-  Geometry g;
-  g.nd = 2;
-  const int64_t pad_hi[kMaxSpatial] = {1, 1, 0};
-  for (int d = 0; d < 2; ++d) {
-    g.in[d] = 14;
-    g.kernel[d] = 3;
-    g.stride[d] = 1;
-    g.pad_lo[d] = 1;
-  }
-  finish_geometry(g, pad_hi);
-  DwPhases p;
-  p.count = 1;
-  p.g[0] = dw_lift(g);
+  const DwPhases p = one_phase(padded_3x3(14, 1));
   DwStagedPlan s;
   DwStagedFilterPlan f;
   const bool ok = plan_dw_staged(p, 64, 576, 2, &s) &&
