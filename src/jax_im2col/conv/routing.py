@@ -96,7 +96,7 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
       # 0.33 (the bf16 filter gradient on ConvNeXt-T's 7x7 map), and far below 1 for the
       # 13x13 to 31x31 windows, where cuDNN has no kernel of its own for the window.
       return None
-    if (_half(p) and op == "filter_gradient" and not strided
+    if (_half(p) and op == "filter_gradient" and not strided and tuple(w.kernel) == (3, 3)
             and _HALF_FILTER_3X3_SIDES[0] <= max(p.in_spatial) <= _HALF_FILTER_3X3_SIDES[1]):
       return ("a half-precision 3x3 depthwise filter gradient at unit stride on a map of more "
               "than 14 and at most 28 a side: own / XLA 1.03-1.20 in device time (MobileNetV2's "
