@@ -4,7 +4,8 @@ weight gradient, for profiling under ncu (benchmarks/ncu_profile.sh
 depthwise). PROFILE_CASE chooses the layer: mbv2 (the suite's mbv2_dw3x3,
 3x3 over 56x56x144, the default), mbv2_112 and mbv2_56 (MobileNetV2's
 112x112x32 and 56x56x144 layers at its batch of 64), convnext (7x7 over
-56x56x96, ConvNeXt-T's first stage) or convnext14 (7x7 over 14x14x384, its third); PROFILE_LAYOUTS (cf,cl) and PROFILE_DTYPES (f32, or f32,bf16)
+56x56x96, ConvNeXt-T's first stage), convnext28 (7x7 over 28x28x192, its second) or convnext14
+(7x7 over 14x14x384, its third); PROFILE_LAYOUTS (cf,cl) and PROFILE_DTYPES (f32, or f32,bf16)
 choose the runs."""
 
 import os
@@ -16,6 +17,7 @@ import jax_im2col as j
 
 
 CASES = {"mbv2": (32, 144, (56, 56), 3), "convnext": (32, 96, (56, 56), 7),
+         "convnext28": (32, 192, (28, 28), 7),
          "convnext14": (32, 384, (14, 14), 7), "mbv2_112": (64, 32, (112, 112), 3),
          "mbv2_56": (64, 144, (56, 56), 3)}
 

@@ -141,6 +141,9 @@ WINDOWS_2D = [
     (3, (40, 7), 12, (1, 2), (1, 1), ((0, 2), (2, -1))),
     (3, (23, 9), 8, (2, 3), (1, 1), ((3, -1), (1, 1))),
     (3, (37, 5), 4, (1, 1), (1, 1), ((2, 0), (0, 2))),
+    # Stride 2 along both: the input gradient by cells (depthwise_cells.cuh),
+    # odd input sides, low paddings of either parity, one negative.
+    (3, (11, 9), 8, (2, 2), (1, 1), ((2, 0), (-1, 1))),
     # Pixels under 16 bytes, stride 2 along H: the streamed filter gradient
     # (depthwise_stream_filter.cuh) in bfloat16; 16 bytes and more stage their
     # rows (depthwise_stream_staged_filter.cuh).

@@ -63,6 +63,8 @@ namespace im2col {
     "channels-last 3x3 depthwise forwards and unit-stride input gradients with their input rows staged in shared memory ahead of the products, rather than loaded a step ahead into registers (conv/depthwise/depthwise_stream_staged.cuh)") \
   X(kDwStagedFilter, "JAX_IM2COL_NO_DW_STAGED_FILTER", \
     "channels-last 3x3 depthwise filter gradients with their input and dy rows staged in shared memory ahead of the products, rather than streamed into registers or tiled (conv/depthwise/depthwise_stream_staged_filter.cuh)") \
+  X(kDwCells, "JAX_IM2COL_NO_DW_CELLS", \
+    "channels-last 3x3 depthwise input gradients at stride 2 by 2x2 cells, one thread a channel vector and cell column, rather than as four phases on the tiles (conv/depthwise/depthwise_cells.cuh)") \
   X(kDwStreamFilterS1, "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", \
     "unit-stride 3x3 depthwise filter gradients on maps of 56 rows or more streamed, rather than tiled (conv/depthwise/depthwise_stream_filter.cuh)") \
   X(kDwTiles, "JAX_IM2COL_NO_DW_TILES", \

@@ -3,6 +3,7 @@
 // gradient's second pass. The tiled kernels are launched by
 // depthwise_{forward,filter}_{cl,cf}.cu.
 #include "common/switches.h"
+#include "conv/depthwise/depthwise_cells.cuh"
 #include "conv/depthwise/depthwise_conv.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_launch.h"
@@ -88,6 +89,12 @@ cudaError_t depthwise_backward_data(const void* dy, const void* w, void* dx, Dat
   if (n == 0 || c == 0 || g.in_size == 0) return cudaSuccess;
   if (g.out_size == 0)  // no window: no input position reaches an output
     return cudaMemsetAsync(dx, 0, static_cast<size_t>(n * c * g.in_size) * element_bytes(type), stream);
+  const size_t elem = element_bytes(type);
+  const int32_t v = dw_vector(elem, true);
+  DwCellsPlan cells;
+  if (channels_last && switch_on(Switch::kDwStream) && switch_on(Switch::kDwCells) &&
+      plan_dw_cells(dw_lift(g), n, c, elem, &cells) && aligned_to(dy, v * elem) && aligned_to(dx, v * elem))
+    return dw_input_gradient_cells(type, dy, w, dx, dw_lift(g), cells, c, stream);
   const int64_t count = gradient_phase_count(g);
   for (int64_t i0 = 0; i0 < count; i0 += kDwMaxPhases) {
     DwPhases p;

@@ -1,5 +1,5 @@
 // The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
-// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu, depthwise_mma.cu: one compilation each, so
+// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu (also the cells), depthwise_mma.cu: one compilation each, so
 // that the build runs them side by side), called by depthwise_conv.cu with their plans.
 #pragma once
 
@@ -36,6 +36,12 @@ cudaError_t dw_forward_stream(xla::ffi::DataType in, xla::ffi::DataType out, con
 struct DwStagedPlan;
 cudaError_t dw_forward_staged(xla::ffi::DataType in, xla::ffi::DataType out, const void* x, const void* w, void* y,
                               const DwGeom& g, const DwStagedPlan& s, int64_t c, cudaStream_t stream);
+
+// The input gradient dx of dy with w for forward geometry g (identity maps)
+// by 2 x 2 cells (depthwise_cells.cuh; plan_dw_cells took it).
+struct DwCellsPlan;
+cudaError_t dw_input_gradient_cells(xla::ffi::DataType type, const void* dy, const void* w, void* dx,
+                                    const DwGeom& g, const DwCellsPlan& s, int64_t c, cudaStream_t stream);
 
 // The filter gradient's partial sums over the stream's slices s.f, streamed
 // down the rows (depthwise_stream_filter.cuh; plan_dw_stream_filter took it).

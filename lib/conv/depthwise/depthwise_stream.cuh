@@ -142,6 +142,30 @@ struct DwStreamColumn {
   }
 };
 
+// One vector store of o at p (aligned to it). In the staged forward nvcc's front end
+// split a store of the Pack, or of its words as a uint2 or uint4, into one
+// store an element (st.global.f32 x 4, or 16-bit stores), so the store is
+// written out.
+template <typename TY, int V>
+__device__ __forceinline__ void dw_store_vector(TY* p, const Pack<TY, V>& o) {
+  constexpr size_t B = sizeof(TY) * V;
+#if defined(__CUDA_ARCH__)
+  if constexpr (B == 16) {
+    uint32_t u[4];
+    std::memcpy(u, &o, B);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                 : "memory");
+    return;
+  } else if constexpr (B == 8) {
+    uint32_t u[2];
+    std::memcpy(u, &o, B);
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(u[0]), "r"(u[1]) : "memory");
+    return;
+  }
+#endif
+  std::memcpy(p, &o, B);
+}
+
 // Row steps a thread's loop is unrolled by: at stride 1 by the window's
 // height, so that its rows rotate through register names instead of moving
 // (18 moves a step); at stride 2 not (float32 and float64 spilled 24 bytes).

@@ -200,30 +200,6 @@ __device__ __forceinline__ void dw_staged_wait() {
 #endif
 }
 
-// One vector store of o at p (aligned to it). In this kernel nvcc's front end
-// split a store of the Pack, or of its words as a uint2 or uint4, into one
-// store an element (st.global.f32 x 4, or 16-bit stores), so the store is
-// written out.
-template <typename TY, int V>
-__device__ __forceinline__ void dw_store_vector(TY* p, const Pack<TY, V>& o) {
-  constexpr size_t B = sizeof(TY) * V;
-#if defined(__CUDA_ARCH__)
-  if constexpr (B == 16) {
-    uint32_t u[4];
-    std::memcpy(u, &o, B);
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
-                 : "memory");
-    return;
-  } else if constexpr (B == 8) {
-    uint32_t u[2];
-    std::memcpy(u, &o, B);
-    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(u[0]), "r"(u[1]) : "memory");
-    return;
-  }
-#endif
-  std::memcpy(p, &o, B);
-}
-
 // The ring's shared-memory address (on the host, nothing), and a 16-byte copy
 // into it at byte `offset`, or 16 zeros where !valid.
 __device__ __forceinline__ uint32_t dw_staged_shared(const unsigned char* ring) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "host_cuda.h"
+#include "conv/depthwise/depthwise_cells.cuh"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
@@ -45,7 +46,7 @@ using namespace im2col::cuda;
 namespace {
 
 int ran_forward = 0, ran_backward = 0, ran_filter = 0, staged = 0, gathered = 0, streamed = 0, streamed_filter = 0,
-    streamed_staged = 0, staged_filter = 0;
+    streamed_staged = 0, staged_filter = 0, celled = 0;
 // How often the plans took each path (the summary shows that the cases reach
 // them all): rings, stages of taps, several tiles per filter block, threads
 // meeting in shared memory, row segments, groups of taps across blocks.
@@ -71,7 +72,7 @@ const char* type_name(size_t bytes) { return bytes == 2 ? "half" : bytes == 4 ? 
 
 // A random forward geometry of rank nd: windows mostly 1-9, sometimes 13 or
 // 31 (1-D, 2-D) or 63 (1-D); extents small enough for the references.
-Geometry random_geometry(int nd, bool stream_domain = false) {
+Geometry random_geometry(int nd, bool stream_domain = false, bool stride_2 = false) {
   int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
   for (int attempt = 0;; ++attempt) {
     Geometry g;
@@ -91,7 +92,7 @@ Geometry random_geometry(int nd, bool stream_domain = false) {
       if (streamable) {
         g.kernel[d] = k = 3;
         g.rhs_dilation[d] = 1;
-        g.stride[d] = unit ? 1 : draw(1, last ? 3 : 2);
+        g.stride[d] = stride_2 ? 2 : unit ? 1 : draw(1, last ? 3 : 2);
       }
       const int64_t window = (k - 1) * g.rhs_dilation[d] + 1;
       const int extent_max = nd == 3 ? 9 : nd == 2 ? 20 : 90;
@@ -144,6 +145,22 @@ void run_stream(const T* x, const T* w, TY* y, const DwGeom& g, DwStreamPlan s, 
   }
   for (int64_t b = 0; b < s.blocks; ++b)
     for (int32_t tid = 0; tid < kDwStreamThreads; ++tid) dw_stream_thread<SY, T, TY>(x, w, y, g, s, C, b, tid);
+}
+
+// Runs every thread of a stride-2 input gradient by cells (forward geometry g)
+// on the host, its cell rows a thread drawn at random half the time.
+template <typename T>
+void run_cells(const T* dy, const T* w, T* dx, const DwGeom& g, DwCellsPlan s, int64_t N, int64_t C) {
+  if (draw(0, 1) == 0) {
+    s.rows = draw(1, s.rows);
+    s.row_tiles = (s.cells_h + s.rows - 1) / s.rows;
+    s.blocks = int64_t{s.col_blocks} * s.row_tiles * N;
+    s.by_row_tiles = FastDiv(s.row_tiles);
+  }
+  const auto thread = (g.pad[1] & 1) != 0 ? ((g.pad[2] & 1) != 0 ? dw_cells_thread<1, 1, T> : dw_cells_thread<1, 0, T>)
+                                          : ((g.pad[2] & 1) != 0 ? dw_cells_thread<0, 1, T> : dw_cells_thread<0, 0, T>);
+  for (int64_t b = 0; b < s.blocks; ++b)
+    for (int32_t tid = 0; tid < kDwCellsThreads; ++tid) thread(dy, w, dx, g, s, C, b, tid);
 }
 
 // Runs every block of a staged streaming launch on the host, its runs, columns
@@ -290,8 +307,8 @@ bool forward_case(int nd, bool stream_domain = false) {
 }
 
 template <bool CL, typename T>
-bool backward_case(int nd, bool stream_domain = false) {
-  const Geometry g = random_geometry(nd, stream_domain);
+bool backward_case(int nd, bool stream_domain = false, bool stride_2 = false) {
+  const Geometry g = random_geometry(nd, stream_domain, stride_2);
   if (g.out_size == 0) return true;
   const int64_t N = draw(1, 2), C = draw_channels(stream_domain);
   const int64_t K = g.kernel_size;
@@ -304,6 +321,15 @@ bool backward_case(int nd, bool stream_domain = false) {
     for_each_tap(g, C, 0, g.out_size, [&](int64_t c, int64_t l, int64_t s, int64_t k) {
       want[at(CL, n, s, c, C, g.in_size)] += to_double(dy[at(CL, n, l, c, C, g.out_size)]) * to_double(w[c * K + k]);
     });
+  // Channels-last 3x3 windows at stride 2 by cells, as depthwise_conv.cu runs
+  // them (here half the time; else their phases).
+  DwCellsPlan cells;
+  if (CL && o.stream && plan_dw_cells(dw_lift(g), N, C, sizeof(T), &cells) && draw(0, 1) == 0) {
+    run_cells<T>(dy.data(), w.data(), dx.data(), dw_lift(g), cells, N, C);
+    ++celled;
+    ++ran_backward;
+    return check(dx, want, "input gradient by cells", g, N, C, CL, sizeof(T), o);
+  }
   const int64_t phases = gradient_phase_count(g);
   for (int64_t i0 = 0; i0 < phases; i0 += kDwMaxPhases) {
     DwPhases p;
@@ -550,6 +576,10 @@ void layout_cases(Tally& run, int nd) {
     run(backward_case<CL, float>(nd, true));
     run(backward_case<CL, __nv_bfloat16>(nd, true));
     run(backward_case<CL, double>(nd, true));
+    run(backward_case<CL, float>(nd, true, true));  // the cells' domain
+    run(backward_case<CL, __nv_bfloat16>(nd, true, true));
+    run(backward_case<CL, __half>(nd, true, true));
+    run(backward_case<CL, double>(nd, true, true));
   }
 }
 
@@ -707,7 +737,8 @@ int main(int argc, char** argv) {
               "%d streamed runs (%d with staged rows), %d streamed filter gradients (%d with staged rows)\n", ran_forward,
               ran_backward, ran_filter, staged, gathered, streamed + streamed_staged, streamed_staged,
               streamed_filter + staged_filter, staged_filter);
-  std::printf("forward tiles: %d with 32-bit block indices\n", decoded32);
+  std::printf("forward tiles: %d with 32-bit block indices; %d stride-2 input gradients by cells\n", decoded32,
+              celled);
   std::printf("tiles: %d with rings, %d without; forward: %d in stages; filter: %d several tiles a block, %d "
               "threads meeting, %d segmented rows, %d tap groups\n",
               ringed, unringed, multi_stage, multi_tile, met, segmented, tap_groups);
