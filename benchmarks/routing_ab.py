@@ -48,6 +48,15 @@ def depthwise_half(max_side: int, ops=ALL_OPS, taps=lambda k: k == 9, min_side: 
   return applies
 
 
+def depthwise_f32_unit(ops=ALL_OPS):
+  """Float32 2-D 3x3 depthwise ops `ops` at unit stride."""
+  def applies(p) -> bool:
+    w = p.spec.window
+    return (p.spec.groups == p.c == p.o and w.nd == 2 and w.kernel_size == 9 and np.dtype(p.dtype) == np.float32
+            and all(s == 1 for s in w.stride) and p.op in ops)
+  return applies
+
+
 def stem_forward_half(p) -> bool:
   """Half-precision 2-D forwards of images of at most 4 channels (the stems)."""
   return (p.op == "forward" and p.spec.window.nd == 2 and p.c <= 4 and p.spec.groups == 1
@@ -92,6 +101,11 @@ OWN_CANDIDATES = {
     # forward made the step faster without it (2026-11-29); under the rules as they
     # stand it moves nothing.
     "own_depthwise_small": depthwise_half(28),
+    # The float32 3x3 depthwise ops at unit stride, which the rules send to XLA's
+    # convolution (measured there before the staged kernels, 0.99-1.13x XLA's alone):
+    # every op, or the forward and input gradient only.
+    "own_depthwise_f32": depthwise_f32_unit(),
+    "own_depthwise_f32_fwd_dx": depthwise_f32_unit(("forward", "input_gradient")),
 }
 
 

@@ -27,7 +27,7 @@ from ..common.device import DeviceCaps
 _STEM_CHANNELS = 4
 # Taps per channel from which a depthwise convolution is compute-bound enough
 # for the project's register-blocked kernels (5x5 and up; 3x3 is
-# memory-bound, where cuDNN's kernels come closer to the copy bandwidth).
+# memory-bound, where the rules below decide by dtype, op and map).
 _DEPTHWISE_MIN_TAPS = 25
 # The half-precision depthwise filter gradients of large windows that run faster on
 # XLA's convolution: maps of 14 to 28 a side, windows of at most 7x7 (the measured
@@ -117,9 +117,12 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
                 "train step took 0.980x XLA's time with it on XLA's, 0.981x on the project's "
                 "kernels (one process, interleaved: level)")
       return None  # 3x3 stride 2, f32: input gradient 0.71-0.95, filter gradient 0.53-0.82
-    return ("a float32 depthwise convolution with few taps is memory-bound, where cuDNN comes "
-            "closer to the copy bandwidth: own / XLA 0.99-1.13 (MobileNetV2's 3x3 layers; "
-            "its inference 1.25x XLA's time on the project's kernels, 1.03x with these on XLA's)")
+    return ("a float32 depthwise convolution with few taps, at unit stride or a strided forward: "
+            "alone own / XLA 0.85-0.89 for the unit-stride forwards and input gradients with the "
+            "staged kernels, 1.74 for the 112² filter gradient (MobileNetV2's 3x3 layers, H200), but "
+            "its float32 train step took 10.82 ms with these on XLA's, 10.92-11.04 with the "
+            "unit-stride ones on the project's kernels (one process, interleaved); its inference "
+            "took 1.25x XLA's time with all of them on the project's earlier kernels, 1.03x on XLA's")
   if spec.groups > 1:
     return None  # grouped: XLA's grouped convolutions are its weak spot
   if taps == 1:
