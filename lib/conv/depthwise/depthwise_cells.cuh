@@ -27,16 +27,11 @@ namespace im2col::cuda {
 constexpr int kDwCellsThreads = 256;
 constexpr int32_t kDwCellsMinRows = 2;  // cell rows a thread walks, at least (one dy row of warm-up)
 
+// The column grid over cell columns and rows (threads: a channel vector of a
+// cell column each).
 struct DwCellsPlan {
-  int32_t vectors = 1;     // C / V
-  int32_t cells_w = 1;     // cell columns: ceil(in[W] / 2)
-  int32_t cells_h = 1;     // cell rows: ceil(in[H] / 2)
-  int32_t columns = 1;     // cell columns x vectors: the threads of a row tile
-  int32_t col_blocks = 1;  // blocks across them
-  int32_t rows = 1;        // cell rows a thread walks
-  int32_t row_tiles = 1;
-  int64_t blocks = 0;      // col_blocks x row_tiles x images
-  FastDiv by_vectors, by_col_blocks, by_row_tiles;
+  DwColumnGrid grid;
+  int32_t cells_h = 1;  // cell rows: ceil(in[H] / 2)
 };
 
 // Whether the cells take the input gradient of forward geometry g (identity
@@ -51,30 +46,12 @@ inline bool dw_cells_domain(const DwGeom& g, int64_t C, size_t elem) {
 }
 
 // The plan for n images: cell rows halved from whole columns until the grid
-// fills the GPU (as the streamed forward's, plan_dw_stream).
+// fills the GPU, as the streamed forward's (plan_dw_columns).
 inline bool plan_dw_cells(const DwGeom& g, int64_t n, int64_t C, size_t elem, DwCellsPlan* out) {
   if (n < 1 || !dw_cells_domain(g, C, elem)) return false;
-  DwCellsPlan s;
-  const int64_t vectors = C / dw_vector(elem, true);
-  s.cells_w = (g.in[2] + 1) / 2;
-  s.cells_h = (g.in[1] + 1) / 2;
-  const int64_t columns = vectors * s.cells_w;
-  if (columns >= (int64_t{1} << 30)) return false;
-  s.vectors = static_cast<int32_t>(vectors);
-  s.columns = static_cast<int32_t>(columns);
-  s.col_blocks = static_cast<int32_t>((columns + kDwCellsThreads - 1) / kDwCellsThreads);
-  const auto blocks_of = [&](int32_t rows) { return int64_t{s.col_blocks} * n * ((s.cells_h + rows - 1) / rows); };
-  s.rows = s.cells_h;
-  while (s.rows > kDwCellsMinRows && blocks_of(s.rows) < kDwStreamFillBlocks) s.rows = (s.rows + 1) / 2;
-  s.row_tiles = (s.cells_h + s.rows - 1) / s.rows;
-  s.rows = (s.cells_h + s.row_tiles - 1) / s.row_tiles;  // even tiles
-  s.blocks = blocks_of(s.rows);
-  if (s.blocks >= (int64_t{1} << 31)) return false;
-  s.by_vectors = FastDiv(s.vectors);
-  s.by_col_blocks = FastDiv(s.col_blocks);
-  s.by_row_tiles = FastDiv(s.row_tiles);
-  *out = s;
-  return true;
+  out->cells_h = (g.in[1] + 1) / 2;
+  return plan_dw_columns(C / dw_vector(elem, true), (g.in[2] + 1) / 2, out->cells_h, n, kDwCellsThreads,
+                         kDwCellsMinRows, &out->grid);
 }
 
 // The patch row (0 or 1) that tap k meets at cell offset r, or -1 where that
@@ -99,17 +76,12 @@ __device__ __forceinline__ void dw_cells_thread(const T* __restrict__ dy, const 
   constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true);
   using Raw = RawWords<T, V>;
 
-  int32_t b = static_cast<int32_t>(block), cb, rt;
-  s.by_col_blocks.divmod(b, b, cb);
-  s.by_row_tiles.divmod(b, b, rt);
-  const int64_t image = b;
-  const int32_t col = cb * kDwCellsThreads + tid;
-  if (col >= s.columns) return;
-  int32_t cx, vec;
-  s.by_vectors.divmod(col, cx, vec);
-  const int64_t ch = int64_t{vec} * V;
+  DwColumnPlace at;
+  if (!dw_column_place(s.grid, kDwCellsThreads, block, tid, &at)) return;
+  const int64_t image = at.image, ch = int64_t{at.vec} * V;
+  const int32_t cx = at.col;
   const int32_t IH = g.in[1], IW = g.in[2], OH = g.out[1], OW = g.out[2];
-  const int32_t cy0 = rt * s.rows, cy_end = min(s.cells_h, cy0 + s.rows);
+  const int32_t cy0 = at.row_tile * s.grid.rows, cy_end = min(s.cells_h, cy0 + s.grid.rows);
 
   A wt[K][K][V];
   dw_stream_weights<T, A, V, K>(wt, w, g, ch);

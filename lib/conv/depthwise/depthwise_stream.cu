@@ -40,7 +40,7 @@ cudaError_t dw_input_gradient_cells(xla::ffi::DataType type, const void* dy, con
     const bool odd_h = (g.pad[1] & 1) != 0, odd_w = (g.pad[2] & 1) != 0;
     auto kernel = odd_h ? (odd_w ? dw_cells_kernel<1, 1, T> : dw_cells_kernel<1, 0, T>)
                         : (odd_w ? dw_cells_kernel<0, 1, T> : dw_cells_kernel<0, 0, T>);
-    kernel<<<static_cast<unsigned>(s.blocks), kDwCellsThreads, 0, stream>>>(
+    kernel<<<static_cast<unsigned>(s.grid.blocks), kDwCellsThreads, 0, stream>>>(
         static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx), g, s, c);
     return cudaGetLastError();
   });

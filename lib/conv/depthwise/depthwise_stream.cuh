@@ -33,15 +33,66 @@ constexpr int64_t kDwStreamFillBlocks = 2048;  // ~8 waves of two blocks on 132 
 // latency at the occupancy these registers allow.
 constexpr int kDwStreamPrefetch = 4;
 
-struct DwStreamPlan {
+// The grid of a kernel whose threads each own one channel vector of one
+// column and walk down its rows: blocks of threads across the columns, then
+// row tiles, then images (the streamed forward's, the cells').
+struct DwColumnGrid {
   int32_t vectors = 1;     // C / V
-  int32_t columns = 1;     // output columns x vectors: the threads of a row tile
+  int32_t columns = 1;     // columns x vectors: the threads of a row tile
   int32_t col_blocks = 1;  // blocks across them
-  int32_t rows = 1;        // output rows a thread walks
+  int32_t rows = 1;        // rows a thread walks
   int32_t row_tiles = 1;
   int64_t blocks = 0;      // col_blocks x row_tiles x images
   FastDiv by_vectors, by_col_blocks, by_row_tiles;
 };
+struct DwStreamPlan : DwColumnGrid {};
+
+// That grid for `vectors` channel vectors over `cols` columns and `total_rows`
+// rows of n images, blocks of `threads`: rows halved from all of them (not
+// under min_rows) until the grid holds kDwStreamFillBlocks blocks, the tiles
+// then evened. False past 32-bit thread and block indices.
+inline bool plan_dw_columns(int64_t vectors, int64_t cols, int32_t total_rows, int64_t n, int32_t threads,
+                            int32_t min_rows, DwColumnGrid* out) {
+  const int64_t columns = vectors * cols;
+  if (columns >= (int64_t{1} << 30)) return false;
+  DwColumnGrid s;
+  s.vectors = static_cast<int32_t>(vectors);
+  s.columns = static_cast<int32_t>(columns);
+  s.col_blocks = static_cast<int32_t>((columns + threads - 1) / threads);
+  const auto blocks_of = [&](int32_t rows) {
+    return int64_t{s.col_blocks} * n * ((total_rows + rows - 1) / rows);
+  };
+  s.rows = total_rows;
+  while (s.rows > min_rows && blocks_of(s.rows) < kDwStreamFillBlocks) s.rows = (s.rows + 1) / 2;
+  s.row_tiles = (total_rows + s.rows - 1) / s.rows;
+  s.rows = (total_rows + s.row_tiles - 1) / s.row_tiles;  // even tiles
+  s.blocks = blocks_of(s.rows);
+  if (s.blocks >= (int64_t{1} << 31)) return false;
+  s.by_vectors = FastDiv(s.vectors);
+  s.by_col_blocks = FastDiv(s.col_blocks);
+  s.by_row_tiles = FastDiv(s.row_tiles);
+  *out = s;
+  return true;
+}
+
+// Thread tid's place in block `block` of that grid (threads: channel vector
+// fastest, then column); false for the threads past the columns.
+struct DwColumnPlace {
+  int64_t image;
+  int32_t row_tile, col, vec;
+};
+
+__device__ __forceinline__ bool dw_column_place(const DwColumnGrid& s, int32_t threads, int64_t block,
+                                                int32_t tid, DwColumnPlace* at) {
+  int32_t b = static_cast<int32_t>(block), cb;
+  s.by_col_blocks.divmod(b, b, cb);
+  s.by_row_tiles.divmod(b, b, at->row_tile);
+  at->image = b;
+  const int32_t col = cb * threads + tid;
+  if (col >= s.columns) return false;
+  s.by_vectors.divmod(col, at->col, at->vec);
+  return true;
+}
 
 // Whether the streaming kernel takes phases p of n images with C channels of
 // elem bytes (channels-last; the caller checks the layout and alignment),
@@ -64,25 +115,7 @@ inline bool plan_dw_stream(const DwPhases& p, int64_t n, int64_t C, size_t elem,
   const DwGeom& g = p.g[0];
   // 8 bytes for half types: the 9 taps' weights stay 36 floats.
   if (!dw_stream_domain(g, C, elem, dw_vector(elem, true))) return false;
-  const int64_t vectors = C / dw_vector(elem, true), columns = vectors * g.out[2];
-  if (columns >= (int64_t{1} << 30)) return false;
-  DwStreamPlan s;
-  s.vectors = static_cast<int32_t>(vectors);
-  s.columns = static_cast<int32_t>(columns);
-  s.col_blocks = static_cast<int32_t>((columns + kDwStreamThreads - 1) / kDwStreamThreads);
-  const int32_t OH = g.out[1];
-  const auto blocks_of = [&](int32_t rows) { return int64_t{s.col_blocks} * n * ((OH + rows - 1) / rows); };
-  s.rows = OH;
-  while (s.rows > kDwStreamMinRows && blocks_of(s.rows) < kDwStreamFillBlocks) s.rows = (s.rows + 1) / 2;
-  s.row_tiles = (OH + s.rows - 1) / s.rows;
-  s.rows = (OH + s.row_tiles - 1) / s.row_tiles;  // even tiles
-  s.blocks = blocks_of(s.rows);
-  if (s.blocks >= (int64_t{1} << 31)) return false;
-  s.by_vectors = FastDiv(s.vectors);
-  s.by_col_blocks = FastDiv(s.col_blocks);
-  s.by_row_tiles = FastDiv(s.row_tiles);
-  *out = s;
-  return true;
+  return plan_dw_columns(C / dw_vector(elem, true), g.out[2], g.out[1], n, kDwStreamThreads, kDwStreamMinRows, out);
 }
 
 // Whether streaming g pays where a thread walks `rows` output rows: the
@@ -216,17 +249,12 @@ __device__ __forceinline__ void dw_stream_thread(const T* __restrict__ x, const 
   using Raw = RawWords<T, V>;
   constexpr int KEEP = K > SY ? K - SY : 0, NEW = K - KEEP;  // window rows kept, loaded a step
 
-  int32_t b = static_cast<int32_t>(block), cb, rt;
-  s.by_col_blocks.divmod(b, b, cb);
-  s.by_row_tiles.divmod(b, b, rt);
-  const int64_t image = b;
-  const int32_t col = cb * kDwStreamThreads + tid;
-  if (col >= s.columns) return;
-  int32_t ox, vec;
-  s.by_vectors.divmod(col, ox, vec);
-  const int64_t ch = int64_t{vec} * V;
+  DwColumnPlace at;
+  if (!dw_column_place(s, kDwStreamThreads, block, tid, &at)) return;
+  const int64_t image = at.image, ch = int64_t{at.vec} * V;
+  const int32_t ox = at.col;
   const int32_t OH = g.out[1], OW = g.out[2];
-  const int32_t oy0 = rt * s.rows, oy_end = min(OH, oy0 + s.rows);
+  const int32_t oy0 = at.row_tile * s.rows, oy_end = min(OH, oy0 + s.rows);
 
   A wt[K][K][V];
   dw_stream_weights<T, A, V, K>(wt, w, g, ch);

@@ -133,33 +133,32 @@ void run_tiles(const T* x, const T* w, TY* y, const DwPhases& p, const DwTile& t
   for (int64_t b = 0; b < total; ++b) dw_forward_block<CL, S, T, TY>(e, smem.data(), x, w, y, p, t, N, C, b);
 }
 
-// Runs every thread of a streaming launch on the host, its rows a thread
-// drawn at random half the time (several row tiles, the last one short).
+// Half the time, the rows a thread of grid s walks over total_rows drawn at
+// random (several row tiles, the last one short).
+void narrow_rows(DwColumnGrid& s, int32_t total_rows, int64_t N) {
+  if (draw(0, 1) != 0) return;
+  s.rows = draw(1, s.rows);
+  s.row_tiles = (total_rows + s.rows - 1) / s.rows;
+  s.blocks = int64_t{s.col_blocks} * s.row_tiles * N;
+  s.by_row_tiles = FastDiv(s.row_tiles);
+}
+
+// Runs every thread of a streaming launch on the host (rows narrowed).
 template <int SY, typename T, typename TY>
 void run_stream(const T* x, const T* w, TY* y, const DwGeom& g, DwStreamPlan s, int64_t N, int64_t C) {
-  if (draw(0, 1) == 0) {
-    s.rows = draw(1, s.rows);
-    s.row_tiles = (g.out[1] + s.rows - 1) / s.rows;
-    s.blocks = int64_t{s.col_blocks} * s.row_tiles * N;
-    s.by_row_tiles = FastDiv(s.row_tiles);
-  }
+  narrow_rows(s, g.out[1], N);
   for (int64_t b = 0; b < s.blocks; ++b)
     for (int32_t tid = 0; tid < kDwStreamThreads; ++tid) dw_stream_thread<SY, T, TY>(x, w, y, g, s, C, b, tid);
 }
 
 // Runs every thread of a stride-2 input gradient by cells (forward geometry g)
-// on the host, its cell rows a thread drawn at random half the time.
+// on the host (cell rows narrowed).
 template <typename T>
 void run_cells(const T* dy, const T* w, T* dx, const DwGeom& g, DwCellsPlan s, int64_t N, int64_t C) {
-  if (draw(0, 1) == 0) {
-    s.rows = draw(1, s.rows);
-    s.row_tiles = (s.cells_h + s.rows - 1) / s.rows;
-    s.blocks = int64_t{s.col_blocks} * s.row_tiles * N;
-    s.by_row_tiles = FastDiv(s.row_tiles);
-  }
+  narrow_rows(s.grid, s.cells_h, N);
   const auto thread = (g.pad[1] & 1) != 0 ? ((g.pad[2] & 1) != 0 ? dw_cells_thread<1, 1, T> : dw_cells_thread<1, 0, T>)
                                           : ((g.pad[2] & 1) != 0 ? dw_cells_thread<0, 1, T> : dw_cells_thread<0, 0, T>);
-  for (int64_t b = 0; b < s.blocks; ++b)
+  for (int64_t b = 0; b < s.grid.blocks; ++b)
     for (int32_t tid = 0; tid < kDwCellsThreads; ++tid) thread(dy, w, dx, g, s, C, b, tid);
 }
 
@@ -608,7 +607,8 @@ DwPhases one_phase(const Geometry& g) {
 // Where depthwise_conv.cu streams MobileNetV2's bfloat16 3x3 layers (batch
 // 64, SAME): the forwards whose threads walk enough rows (dw_stream_pays), as
 // measured, and never the tiles' remaining cases; the filter gradients at
-// stride 2 and on the larger maps at stride 1 (dw_stream_filter_pays).
+// stride 2 and on the larger maps at stride 1 (dw_stream_filter_pays); the
+// input gradients at stride 2 by cells.
 void stream_choices(Tally& run) {
   struct Layer {
     int64_t size, c, stride;
@@ -665,6 +665,13 @@ void stream_choices(Tally& run) {
                   static_cast<long long>(l.c), static_cast<long long>(l.stride), sg_planned, sg.s.rows, sg.smem,
                   static_cast<long long>(sg.f.per_image), static_cast<long long>(call.per_image));
     run(sg_ok);
+    // The stride-2 layers' input gradients run by cells, the unit-stride ones as their one phase.
+    DwCellsPlan cells;
+    const bool celled = plan_dw_cells(dw_lift(g), 64, l.c, 2, &cells);
+    if (celled != (l.stride == 2))
+      std::printf("FAIL: cells plan for %lldx%lldx%lld stride %lld: %d\n", static_cast<long long>(l.size),
+                  static_cast<long long>(l.size), static_cast<long long>(l.c), static_cast<long long>(l.stride), celled);
+    run(celled == (l.stride == 2));
     if (std::getenv("DW_PLANS"))
       std::printf("%lldx%lld s%lld: call rows %lld; stream rows %lld, runs %d of %d vectors, lanes %d, threads %d, "
                   "blocks %lld; staged: run %d, tw %d x %d tiles, rows %d x %d tiles, blocks %lld, smem %d; "
