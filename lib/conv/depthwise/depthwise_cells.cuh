@@ -70,8 +70,8 @@ constexpr int32_t dw_floor_half(int32_t v) { return v >= 0 ? v / 2 : -((1 - v) /
 // g.pad[1], g.pad[2].
 template <int PH, int PW, typename T>
 __device__ __forceinline__ void dw_cells_thread(const T* __restrict__ dy, const T* __restrict__ w,
-                                                         T* __restrict__ dx, const DwGeom& g, const DwCellsPlan& s,
-                                                         int64_t C, int64_t block, int32_t tid) {
+                                                T* __restrict__ dx, const DwGeom& g, const DwCellsPlan& s, int64_t C,
+                                                int64_t block, int32_t tid) {
   using A = typename Acc<T>::type;
   constexpr int K = kDwStreamK, V = dw_vector(sizeof(T), true);
   using Raw = RawWords<T, V>;
