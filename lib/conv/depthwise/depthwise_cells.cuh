@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "common/device_util.cuh"
 #include "conv/depthwise/depthwise_plan.h"
@@ -101,22 +100,13 @@ __device__ __forceinline__ void dw_cells_thread(const T* __restrict__ dy, const 
       dst[i] = r;
     }
   };
-  const auto convert = [](A (&dst)[2][V], const Raw (&src)[2]) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      Pack<T, V> p;
-      std::memcpy(&p, &src[i], sizeof(p));
-#pragma unroll
-      for (int e = 0; e < V; ++e) dst[i][e] = static_cast<A>(to_acc(p.v[e]));
-    }
-  };
 
   A patch[2][2][V];  // [patch row][patch column][channel]
   Raw next[2];
   {
     Raw first[2];
     load_row(first, cy0 + base_h);
-    convert(patch[0], first);
+    dw_stream_convert<T, A, V, 2>(patch[0], first);
   }
   load_row(next, cy0 + base_h + 1);
 
@@ -124,7 +114,7 @@ __device__ __forceinline__ void dw_cells_thread(const T* __restrict__ dy, const 
   T* dxp = dx + (image * IH + 2 * int64_t{cy0}) * dx_row + 2 * int64_t{cx} * C + ch;
   const bool second_col = 2 * cx + 1 < IW;
   for (int32_t cy = cy0; cy < cy_end; ++cy, dxp += 2 * dx_row) {
-    convert(patch[1], next);
+    dw_stream_convert<T, A, V, 2>(patch[1], next);
     if (cy + 1 < cy_end) load_row(next, cy + 1 + base_h + 1);
 #pragma unroll
     for (int ry = 0; ry < 2; ++ry) {
