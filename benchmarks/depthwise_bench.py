@@ -25,7 +25,8 @@ and ours in effective GB/s (x, w and y read or written once) and in TFLOP/s
 Writes depthwise_bench.json under --out (with the JAX_IM2COL_NO_DW_* switches
 of the run, for A/B runs: JAX_IM2COL_NO_DW_RING=1, JAX_IM2COL_NO_DW_NARROW_RUNS=1,
 JAX_IM2COL_NO_DW_SECTOR_COST=1, JAX_IM2COL_NO_DW_TILES=1, JAX_IM2COL_NO_DW_STREAM=1,
-JAX_IM2COL_NO_DW_STAGED=1, JAX_IM2COL_NO_DW_CELLS=1, JAX_IM2COL_NO_DW_MMA=1). Runs in
+JAX_IM2COL_NO_DW_STAGED=1, JAX_IM2COL_NO_DW_CELLS=1, JAX_IM2COL_NO_DW_MMA=1,
+JAX_IM2COL_NO_DW_MMA_FILTER=1). Runs in
 about 2-3 minutes on an H100.
 """
 
@@ -53,7 +54,7 @@ DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 SWITCHES = ("JAX_IM2COL_NO_DW_RING", "JAX_IM2COL_NO_DW_NARROW_RUNS", "JAX_IM2COL_NO_DW_SECTOR_COST", "JAX_IM2COL_NO_DW_TILES",
             "JAX_IM2COL_NO_DW_STREAM", "JAX_IM2COL_NO_DW_STAGED", "JAX_IM2COL_NO_DW_STAGED_FILTER",
             "JAX_IM2COL_NO_DW_STREAM_FILTER_S1", "JAX_IM2COL_NO_DW_CELLS",
-            "JAX_IM2COL_NO_DW_MMA")
+            "JAX_IM2COL_NO_DW_MMA", "JAX_IM2COL_NO_DW_MMA_FILTER")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,6 +106,11 @@ OWN_CANDIDATES = {
     # every op, or the forward and input gradient only.
     "own_depthwise_f32": depthwise_f32_unit(),
     "own_depthwise_f32_fwd_dx": depthwise_f32_unit(("forward", "input_gradient")),
+    # The half-precision large-window filter gradients of maps of 14 to 28 a side, which a
+    # rule (_LARGE_FILTER_SIDES) sends to XLA's convolution (ConvNeXt-T's 28² and 14² 7x7
+    # layers: 1.49-1.52x XLA's alone on the tiles, H100, 2026-11-28), kept on the project's
+    # kernels: the tensor-core filter gradient (depthwise_mma_filter.cuh).
+    "own_large_filter_14_28": depthwise_half(28, ("filter_gradient",), taps=lambda k: k >= 25, min_side=14),
 }
 
 

@@ -83,6 +83,7 @@ set(jax_im2col_cuda_conv
   lib/conv/depthwise/depthwise_forward_cf.cu
   lib/conv/depthwise/depthwise_stream.cu
   lib/conv/depthwise/depthwise_mma.cu
+  lib/conv/depthwise/depthwise_mma_filter.cu
   lib/conv/depthwise/depthwise_stream_filter.cu
   lib/conv/depthwise/depthwise_filter_cl.cu
   lib/conv/depthwise/depthwise_filter_cf.cu

@@ -156,6 +156,11 @@ WINDOWS_2D = [
     (13, (27, 25), 4, (2, 2), (2, 1), ((6, 5), (0, 7))),
     (31, (33, 35), 8, (1, 1), (1, 1), "SAME"),
     (31, (36, 31), 5, (2, 2), (1, 1), ((15, 15), (-1, 2))),
+    # 16-bit filter gradients on the tensor cores (depthwise_mma_filter.cuh) where
+    # the channels fill 16-byte vectors and the stride along W is 1: stride and
+    # dilation along H, dilation along W, a W tile past 64 outputs.
+    (7, (19, 21), 16, (2, 1), (2, 2), ((3, 5), (6, 4))),
+    (5, (9, 70), 8, (1, 1), (1, 1), ((2, 2), (0, 4))),
 ]
 
 
@@ -182,6 +187,7 @@ WINDOWS_1D = [
     (63, (200,), 8, (2,), (2,), "VALID"),
     (63, (90,), 6, (1,), (1,), ((40, -3),)),
     (5, (77,), 12, (3,), (1,), ((2, 2),)),
+    (9, (130,), 16, (1,), (1,), "SAME"),  # several W tiles of the tensor-core filter gradient
 ]
 
 WINDOWS_3D = [
@@ -269,11 +275,12 @@ def assert_same_non_finite(actual, expected, tol):
 
 
 def depthwise_same_f64(x, w, ct):
-  """The channels-last, unit-stride, SAME depthwise forward and input
-  gradient in float64 numpy, each output the sum of its own window's
-  products (lax on the CPU runs a grouped convolution as a dense one whose
-  zero taps meet every channel, so its NaN spread across channels: no oracle
-  for non-finite inputs)."""
+  """The channels-last, unit-stride, SAME depthwise forward, input gradient
+  and filter gradient in float64 numpy, each output the sum of its own
+  window's products, each tap's gradient the sum over the outputs of its
+  products with the padded input (lax on the CPU runs a grouped convolution
+  as a dense one whose zero taps meet every channel, so its NaN spread across
+  channels: no oracle for non-finite inputs)."""
   x, w, ct = (np.asarray(a).astype(np.float64) for a in (x, w, ct))
   n, h, wd, c = x.shape
   kh, kw = w.shape[:2]
@@ -282,11 +289,14 @@ def depthwise_same_f64(x, w, ct):
   xp[:, lo_h:lo_h + h, lo_w:lo_w + wd] = x
   y = np.zeros((n, h, wd, c))
   dxp = np.zeros_like(xp)
-  for i in range(kh):
-    for j in range(kw):
-      y += xp[:, i:i + h, j:j + wd] * w[i, j, 0]
-      dxp[:, i:i + h, j:j + wd] += ct * w[i, j, 0]
-  return y, dxp[:, lo_h:lo_h + h, lo_w:lo_w + wd]
+  dw = np.zeros(w.shape)
+  with np.errstate(invalid="ignore"):  # inf - inf and 0 x inf: NaN, as intended
+    for i in range(kh):
+      for j in range(kw):
+        y += xp[:, i:i + h, j:j + wd] * w[i, j, 0]
+        dxp[:, i:i + h, j:j + wd] += ct * w[i, j, 0]
+        dw[i, j, 0] = np.sum(xp[:, i:i + h, j:j + wd] * ct, axis=(0, 1, 2))
+  return y, dxp[:, lo_h:lo_h + h, lo_w:lo_w + wd], dw
 
 
 def test_non_finite_oracle_agrees_with_lax():
@@ -297,8 +307,8 @@ def test_non_finite_oracle_agrees_with_lax():
                 feature_group_count=4)
 
   def reference(x, w, ct):
-    y, vjp = jax.vjp(lambda x: lax.conv_general_dilated(x, w, precision=lax.Precision.HIGHEST, **kwargs), x)
-    return y, vjp(ct)[0]
+    y, vjp = jax.vjp(lambda x, w: lax.conv_general_dilated(x, w, precision=lax.Precision.HIGHEST, **kwargs), x, w)
+    return (y, *vjp(ct))
 
   for got, want in zip(depthwise_same_f64(x, w, ct), on_cpu(reference, x, w, ct)):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -311,10 +321,13 @@ def test_non_finite_oracle_agrees_with_lax():
                          ids=["7x7", "7x7-28", "5x5", "1x7-row"])
 def test_non_finite_inputs(platform, dtype, k, spatial):
   """An inf or NaN input reaches exactly the outputs whose windows hold it:
-  the forward, and the input gradient of a cotangent holding them. The
-  tensor-core forward (16-bit, channels-last) would spread NaN through its
-  Toeplitz band's zeros (0 x inf) if it did not recompute those tiles window
-  by window (depthwise_mma.cuh)."""
+  the forward, and the input gradient of a cotangent holding them; and the
+  filter gradient's taps whose products hold one. The tensor-core forward
+  (16-bit, channels-last) would spread NaN through its Toeplitz band's zeros
+  (0 x inf) if it did not recompute those tiles window by window
+  (depthwise_mma.cuh), and the tensor-core filter gradient through the zeros
+  around its dy tiles if it did not sum those bands again output by output
+  (depthwise_mma_filter.cuh)."""
   c = 16
   kernel = (min(k, spatial[0]), k)
   kwargs = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
@@ -331,12 +344,17 @@ def test_non_finite_inputs(platform, dtype, k, spatial):
   x, ct = jnp.asarray(x), jnp.asarray(ct)
   with depthwise_on(platform):
     y = jax.jit(lambda x, w: conv(x, w, **kwargs))(x, w)
-    dx = jax.jit(lambda x, w, ct: jax.vjp(lambda x: conv(x, w, **kwargs), x)[1](ct)[0])(x, w, ct)
-  for got, ref in zip((y, dx), depthwise_same_f64(x, w, ct)):
+    dx, dw = jax.jit(lambda x, w, ct: jax.vjp(lambda x, w: conv(x, w, **kwargs), x, w)[1](ct))(x, w, ct)
+  y_ref, dx_ref, dw_ref = depthwise_same_f64(x, w, ct)
+  for got, ref in zip((y, dx, dw), (y_ref, dx_ref, dw_ref)):
     assert got.dtype == dtype
     assert_same_non_finite(got, ref.astype(dtype), TOL[dtype])
+  for got in (y, dx):
     # The poison stays local: most outputs are finite.
     assert np.mean(np.isfinite(np.asarray(got, np.float64))) > 0.8
+  # The filter gradient's poison stays in the poisoned channels (x: 3, 9, 12; dy: 5, 0).
+  clean = [ch for ch in range(c) if ch not in (0, 3, 5, 9, 12)]
+  assert np.all(np.isfinite(np.asarray(dw, np.float64)[..., clean]))
 
 
 # --- the GPU runs the depthwise kernels --------------------------------------------------
@@ -381,14 +399,16 @@ def test_forced_depthwise_refuses_grouped():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPU_DEVICES, reason="no CUDA device visible to JAX")
-@pytest.mark.parametrize("k,stride", [(7, 1), (3, 1), (3, 2)], ids=["tiles-7x7", "staged-3x3", "staged-3x3-s2"])
-def test_filter_gradient_is_deterministic(k, stride):
+@pytest.mark.parametrize("k,stride,dtype", [(7, 1, F32), (3, 1, F32), (3, 2, F32), (7, 1, BF16)],
+                         ids=["tiles-7x7", "staged-3x3", "staged-3x3-s2", "tensor-cores-7x7"])
+def test_filter_gradient_is_deterministic(k, stride, dtype):
   """The filter gradient sums fixed slices in a fixed order: the same bits
-  on every run (3x3: the kernel with staged rows, depthwise_stream_staged_filter.cuh)."""
+  on every run (3x3: the kernel with staged rows, depthwise_stream_staged_filter.cuh;
+  bfloat16 7x7: the tensor cores, depthwise_mma_filter.cuh)."""
   kwargs = dict(window_strides=(stride, stride), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
                 feature_group_count=96)
-  x, w = operands(8, (56, 56), 96, (k, k), True, F32, 3)
-  ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56 // stride, 56 // stride, 96)), jnp.float32)
+  x, w = operands(8, (56, 56), 96, (k, k), True, dtype, 3)
+  ct = jnp.asarray(np.random.default_rng(4).standard_normal((8, 56 // stride, 56 // stride, 96)), dtype)
   with depthwise_on("gpu"):
     dw = jax.jit(lambda x, w, ct: jax.vjp(lambda w: conv(x, w, **kwargs), w)[1](ct)[0])
     first = np.asarray(dw(x, w, ct))

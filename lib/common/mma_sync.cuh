@@ -26,6 +26,13 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], uint32_t address
                  : "r"(address));
 }
 
+// Two 8 x 8 matrices of 16-bit elements: lanes 0-15 give the row addresses
+// (lane l row l % 8 of matrix l / 8), and lane l receives, of each matrix,
+// row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1.
+__device__ __forceinline__ void load_matrix_pair(uint32_t (&r)[2], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(address));
+}
+
 // The tensor-core instruction for element type T: d += a * b over one k-step
 // of 8 words (8 float32 as TF32, 16 half).
 template <typename T>

@@ -7,6 +7,7 @@
 #include "conv/depthwise/depthwise_conv.h"
 #include "conv/depthwise/depthwise_kernels.cuh"
 #include "conv/depthwise/depthwise_launch.h"
+#include "conv/depthwise/depthwise_mma_filter_plan.h"
 #include "conv/depthwise/depthwise_mma_plan.h"
 #include "conv/depthwise/depthwise_stream.cuh"
 #include "conv/depthwise/depthwise_stream_filter.cuh"
@@ -122,11 +123,16 @@ cudaError_t depthwise_backward_filter(const void* dy, const void* x, void* dw, v
   const size_t acc = type == DataType::F64 ? 8 : 4;
   const DwGeom dg = dw_lift(g);
   int64_t slices = f.count;
+  DwMmaFilter mma;
   DwStagedFilterPlan staged;
   DwStreamFilterPlan s;
   DwFilterTile t;
   cudaError_t e;
-  if (channels_last && switch_on(Switch::kDwStream) && switch_on(Switch::kDwStagedFilter) &&
+  if (channels_last && switch_on(Switch::kDwMmaFilter) && elem == 2 && dw_mma_filter_pays(dg) &&
+      plan_dw_mma_filter(dg, f, n, c, &mma) && aligned_to(x, 16) && aligned_to(dy, 16)) {
+    e = dw_filter_mma(type, dy, x, partials, dg, mma, c, stream);
+    slices = mma.groups;
+  } else if (channels_last && switch_on(Switch::kDwStream) && switch_on(Switch::kDwStagedFilter) &&
       plan_dw_staged_filter(dg, f, n, c, elem, &staged) && dw_staged_filter_pays(dg, staged) && aligned_to(x, 16) &&
       aligned_to(dy, 16)) {
     e = dw_filter_staged(type, dy, x, partials, dg, staged, c, stream);

@@ -1,5 +1,5 @@
 // The depthwise kernels' launchers by layout (depthwise_forward_{cl,cf}.cu,
-// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu (also the cells), depthwise_mma.cu: one compilation each, so
+// depthwise_filter_{cl,cf}.cu, depthwise_stream{,_filter}.cu (also the cells), depthwise_mma{,_filter}.cu: one compilation each, so
 // that the build runs them side by side), called by depthwise_conv.cu with their plans.
 #pragma once
 
@@ -42,6 +42,13 @@ cudaError_t dw_forward_staged(xla::ffi::DataType in, xla::ffi::DataType out, con
 struct DwCellsPlan;
 cudaError_t dw_input_gradient_cells(xla::ffi::DataType type, const void* dy, const void* w, void* dx,
                                     const DwGeom& g, const DwCellsPlan& s, int64_t c, cudaStream_t stream);
+
+// The filter gradient's partial sums over the plan's slices m.groups on the
+// tensor cores (depthwise_mma_filter.cuh; plan_dw_mma_filter took it), for a
+// 16-bit `type`.
+struct DwMmaFilter;
+cudaError_t dw_filter_mma(xla::ffi::DataType type, const void* dy, const void* x, void* partials, const DwGeom& g,
+                          const DwMmaFilter& m, int64_t c, cudaStream_t stream);
 
 // The filter gradient's partial sums over the stream's slices s.f, streamed
 // down the rows (depthwise_stream_filter.cuh; plan_dw_stream_filter took it).

@@ -43,6 +43,16 @@ __device__ __forceinline__ DwMmaBlock dw_mma_block(const DwMma& m, int32_t b) {
 // 8-channel halves of a 16-channel run at the same columns.
 IM2COL_HD int32_t dw_mma_chunk_cols(const DwMma& m) { return m.cb > 8 ? 16 : 32; }
 
+// The 8 16-bit channels of v, each to its plane (`plane` elements apart) at d.
+__device__ __forceinline__ void dw_mma_scatter(uint16_t* d, const uint4& v, int32_t plane) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    d[(2 * e) * plane] = static_cast<uint16_t>(words[e] & 0xffffu);
+    d[(2 * e + 1) * plane] = static_cast<uint16_t>(words[e] >> 16);
+  }
+}
+
 // Stages the block's input: for each image, row and column of its tile, the
 // cb channels (16-byte vectors of 8) as cb planes of rows (zeros outside the
 // input, past the images, and in the pitch's slack). A staged row is Q =
@@ -88,13 +98,7 @@ __device__ __forceinline__ void dw_mma_stage(uint16_t* tile, const T* __restrict
         for (int a = 0; a < kAhead; ++a) {
           const int32_t r = row + a * S;
           if (r >= m.ph) break;
-          uint16_t* d = dst + r * m.rp;
-          const uint32_t words[4] = {v[a].x, v[a].y, v[a].z, v[a].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            d[(2 * e) * m.plane] = static_cast<uint16_t>(words[e] & 0xffffu);
-            d[(2 * e + 1) * m.plane] = static_cast<uint16_t>(words[e] >> 16);
-          }
+          dw_mma_scatter(dst + r * m.rp, v[a], m.plane);
         }
       }
     }
