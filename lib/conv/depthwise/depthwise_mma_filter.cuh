@@ -3,7 +3,8 @@
 // along W. A block takes 8 channels (a warp each) and a group of consecutive
 // units (a band of dy rows of one W tile; W tile fastest, then band, image).
 // For each unit it stages the input under the band's tile and the tile's dy
-// rows channel-major, then each
+// rows channel-major (its first items loaded while the unit before
+// multiplies), then each
 // warp multiplies its channel's rows on the tensor cores into accumulators
 // that are the window's taps, kept across the bands (a band that met an inf
 // or NaN summed again output by output); at the end the block writes them as
@@ -44,38 +45,71 @@ constexpr int dw_mma_filter_mtiles() {
   return MROWS == 32 ? 2 : 1;
 }
 
-// Stages `rows` x `cols` pixels of image img of a channels-last map (H x W
-// pixels of C channels) from pixel (r0, col0) on, channels ch0 .. ch0 + 7, as
-// 8 planes (`plane` elements apart) whose rows lie `pitch` apart: pixel (r, c)
-// at dst + r pitch + c of each plane; zeros outside the map. Four loads in
-// flight a thread.
+// The staged items of a unit: the input under its band's tile (ph rows x
+// xcols pixels of 8 channels) then its dy rows (th x tw), one 16-byte vector
+// each.
+IM2COL_HD int32_t dw_mma_filter_items(const DwMmaFilter& m) { return m.ph * m.xcols + m.th * m.tw; }
+
+// Item i of unit k (channels ch0 .. ch0 + 7): its vector (zeros outside the
+// maps) and, in `at`, its element offset in the staged planes of channel
+// ch0 (-1 past the items).
 template <typename T>
-__device__ __forceinline__ void dw_mma_filter_stage(uint16_t* dst, int32_t plane, int32_t pitch,
-                                                    const T* __restrict__ src, int64_t img, int32_t H, int32_t W,
-                                                    int64_t C, int64_t ch0, int32_t r0, int32_t col0, int32_t rows,
-                                                    int32_t cols, const FastDiv& by_cols, int32_t tid,
-                                                    int32_t nthreads) {
-  constexpr int kAhead = 4;
-  const int32_t items = rows * cols;
-  const T* image = src + img * H * W * C + ch0;
-  for (int32_t i0 = tid; i0 < items; i0 += kAhead * nthreads) {
-    uint4 v[kAhead];
-    int32_t at[kAhead];
+__device__ __forceinline__ uint4 dw_mma_filter_fetch(const T* __restrict__ x, const T* __restrict__ dy, const DwGeom& g,
+                                                     const DwMmaFilter& m, int64_t C, int64_t ch0,
+                                                     const DwMmaFilterUnit& k, int32_t i, int32_t& at) {
+  const int32_t x_items = m.ph * m.xcols;
+  const bool is_x = i < x_items;
+  int32_t r, c;
+  if (is_x) m.by_xcols.divmod(i, r, c);
+  else m.by_tw.divmod(i - x_items, r, c);
+  // Pixel (r, c) of the input under the tile, or of the tile's dy rows.
+  const int32_t h = is_x ? k.band * m.th * g.stride[1] - g.pad[1] + r : k.band * m.th + r;
+  const int32_t w = is_x ? k.wt * m.tw - g.pad[2] + c : k.wt * m.tw + c;
+  const int32_t H = is_x ? g.in[1] : g.out[1], W = is_x ? g.in[2] : g.out[2];
+  at = i >= x_items + m.th * m.tw ? -1 : is_x ? r * m.rp + c : static_cast<int32_t>(m.dy_off) + r * m.dp + m.lead + c;
+  if (at < 0 || static_cast<uint32_t>(h) >= static_cast<uint32_t>(H) || static_cast<uint32_t>(w) >= static_cast<uint32_t>(W))
+    return make_uint4(0, 0, 0, 0);
+  const T* src = is_x ? x : dy;
+  return __ldg(reinterpret_cast<const uint4*>(src + ((int64_t{k.img} * H + h) * W + w) * C + ch0));
+}
+
+// A thread's P staged items in flight: items tid + (a0 + a) nthreads.
+template <int P>
+struct DwMmaFilterLoads {
+  uint4 v[P];
+  int32_t at[P];
+};
+
+template <typename T, int P>
+__device__ __forceinline__ void dw_mma_filter_load(DwMmaFilterLoads<P>& l, const T* __restrict__ x,
+                                                   const T* __restrict__ dy, const DwGeom& g, const DwMmaFilter& m,
+                                                   int64_t C, int64_t ch0, const DwMmaFilterUnit& k, int32_t a0,
+                                                   int32_t tid, int32_t nthreads) {
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int32_t i = i0 + a * nthreads;
-      int32_t r, c;
-      by_cols.divmod(i, r, c);
-      const int32_t h = r0 + r, w = col0 + c;
-      at[a] = i < items ? r * pitch + c : -1;
-      v[a] = make_uint4(0, 0, 0, 0);
-      if (i < items && static_cast<uint32_t>(h) < static_cast<uint32_t>(H) &&
-          static_cast<uint32_t>(w) < static_cast<uint32_t>(W))
-        v[a] = __ldg(reinterpret_cast<const uint4*>(image + (int64_t{h} * W + w) * C));
-    }
+  for (int a = 0; a < P; ++a) l.v[a] = dw_mma_filter_fetch(x, dy, g, m, C, ch0, k, (a0 + a) * nthreads + tid, l.at[a]);
+}
+
+// Each loaded vector's 8 channels to their planes.
+template <int P>
+__device__ __forceinline__ void dw_mma_filter_scatter(uint16_t* xs, const DwMmaFilterLoads<P>& l, const DwMmaFilter& m) {
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a)
-      if (at[a] >= 0) dw_mma_scatter(dst + at[a], v[a], plane);
+  for (int a = 0; a < P; ++a)
+    if (l.at[a] >= 0) dw_mma_scatter(xs + l.at[a], l.v[a], l.at[a] < m.dy_off ? m.x_plane : m.dy_plane);
+}
+
+// Stages unit k: the P items a thread loaded ahead (`ahead`), then the
+// rest, P at a time.
+template <typename T, int P>
+__device__ __forceinline__ void dw_mma_filter_stage(uint16_t* xs, const DwMmaFilterLoads<P>& ahead,
+                                                    const T* __restrict__ x, const T* __restrict__ dy,
+                                                    const DwGeom& g, const DwMmaFilter& m, int64_t C, int64_t ch0,
+                                                    const DwMmaFilterUnit& k, int32_t tid, int32_t nthreads) {
+  dw_mma_filter_scatter(xs, ahead, m);
+  const int32_t items = dw_mma_filter_items(m);
+  for (int32_t a0 = P; a0 * nthreads < items; a0 += P) {
+    DwMmaFilterLoads<P> more;
+    dw_mma_filter_load(more, x, dy, g, m, C, ch0, k, a0, tid, nthreads);
+    dw_mma_filter_scatter(xs, more, m);
   }
 }
 
@@ -202,7 +236,7 @@ dw_mma_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x, float* _
   constexpr int MT = dw_mma_filter_mtiles<MROWS>();
   extern __shared__ __align__(16) unsigned char dw_mma_filter_smem[];
   uint16_t* xs = reinterpret_cast<uint16_t*>(dw_mma_filter_smem);
-  uint16_t* ds = xs + m.dy_off;
+  uint16_t* ds = xs + m.dy_off;  // the dy planes
   // Channel run fastest: neighbouring blocks read the same pixels.
   int32_t group, run;
   m.by_runs.divmod(static_cast<int32_t>(blockIdx.x), group, run);
@@ -219,15 +253,19 @@ dw_mma_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x, float* _
   const int32_t first = group * m.per_group, last = min(m.units, first + m.per_group);
   const uint16_t* xp = xs + warp * m.x_plane;
   const uint16_t* dyp = ds + warp * m.dy_plane;
+  // Each unit's first items are loaded while the unit before multiplies.
+  DwMmaFilterLoads<kDwMmaFilterAhead> ahead;
+  DwMmaFilterUnit k = dw_mma_filter_unit(m, first);
+  dw_mma_filter_load(ahead, x, dy, g, m, C, ch0, k, 0, tid, kDwMmaFilterThreads);
   for (int32_t u = first; u < last; ++u) {
-    const DwMmaFilterUnit k = dw_mma_filter_unit(m, u);
     const int32_t oh0 = k.band * m.th, ow0 = k.wt * m.tw;
     __syncthreads();  // the last unit's products are done
-    dw_mma_filter_stage(xs, m.x_plane, m.rp, x, k.img, g.in[1], g.in[2], C, ch0, oh0 * g.stride[1] - g.pad[1],
-                        ow0 - g.pad[2], m.ph, m.xcols, m.by_xcols, tid, kDwMmaFilterThreads);
-    dw_mma_filter_stage(ds + m.lead, m.dy_plane, m.dp, dy, k.img, g.out[1], g.out[2], C, ch0, oh0, ow0, m.th, m.tw,
-                        m.by_tw, tid, kDwMmaFilterThreads);
+    dw_mma_filter_stage(xs, ahead, x, dy, g, m, C, ch0, k, tid, kDwMmaFilterThreads);
     __syncthreads();
+    if (u + 1 < last) {
+      k = dw_mma_filter_unit(m, u + 1);
+      dw_mma_filter_load(ahead, x, dy, g, m, C, ch0, k, 0, tid, kDwMmaFilterThreads);
+    }
     const int32_t rows = min(m.th, g.out[1] - oh0), cols = min(m.tw, g.out[2] - ow0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
     float before[MT][NT][4];

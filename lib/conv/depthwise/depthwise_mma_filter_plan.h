@@ -37,7 +37,8 @@ constexpr int32_t kDwMmaFilterMaxTaps = 32;                  // along H (two m-t
 constexpr int32_t kDwMmaFilterMaxTw = 64;                    // outputs of a W tile
 constexpr int32_t kDwMmaFilterMaxCols = 192;                 // input columns a W tile reads
 constexpr int64_t kDwMmaFilterSmem = 44 * 1024;              // four or five blocks an SM
-constexpr int64_t kDwMmaFilterBlocks = 8 * kDwSMs;           // about two waves of four blocks an SM
+constexpr int64_t kDwMmaFilterBlocks = 4 * kDwSMs;           // one wave of four blocks an SM
+constexpr int kDwMmaFilterAhead = 4;                         // staged vectors a thread loads ahead
 
 struct DwMmaFilter {
   int32_t th = 1, bands = 1;          // dy rows a band, bands an image

@@ -97,10 +97,9 @@ void run_filter(const T* dy, const T* x, float* partials, const DwGeom& g, const
       const DwMmaFilterUnit k = dw_mma_filter_unit(m, u);
       const int32_t oh0 = k.band * m.th, ow0 = k.wt * m.tw;
       for (int32_t tid = 0; tid < kDwMmaFilterThreads; ++tid) {
-        dw_mma_filter_stage(xs, m.x_plane, m.rp, x, k.img, g.in[1], g.in[2], C, ch0, oh0 * g.stride[1] - g.pad[1],
-                            ow0 - g.pad[2], m.ph, m.xcols, m.by_xcols, tid, kDwMmaFilterThreads);
-        dw_mma_filter_stage(ds + m.lead, m.dy_plane, m.dp, dy, k.img, g.out[1], g.out[2], C, ch0, oh0, ow0, m.th,
-                            m.tw, m.by_tw, tid, kDwMmaFilterThreads);
+        DwMmaFilterLoads<kDwMmaFilterAhead> ahead;
+        dw_mma_filter_load(ahead, x, dy, g, m, C, ch0, k, 0, tid, kDwMmaFilterThreads);
+        dw_mma_filter_stage(xs, ahead, x, dy, g, m, C, ch0, k, tid, kDwMmaFilterThreads);
       }
       const int32_t rows = std::min(m.th, g.out[1] - oh0), cols = std::min(m.tw, g.out[2] - ow0);
       for (int32_t warp = 0; warp < kDwMmaFilterWarps; ++warp) {
