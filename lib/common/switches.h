@@ -72,7 +72,7 @@ namespace im2col {
   X(kDwMma, "JAX_IM2COL_NO_DW_MMA", \
     "channels-last 16-bit depthwise forwards and unit-stride input gradients on the tensor cores (conv/depthwise/depthwise_mma.cuh)") \
   X(kDwMmaFilter, "JAX_IM2COL_NO_DW_MMA_FILTER", \
-    "channels-last 16-bit depthwise filter gradients of windows of 5 taps or more along W at unit stride along W on the tensor cores (conv/depthwise/depthwise_mma_filter.cuh)")
+    "channels-last 16-bit depthwise filter gradients of windows of 7 taps or more along W at unit stride along W on the tensor cores (conv/depthwise/depthwise_mma_filter.cuh)")
 
 enum class Switch : int {
 #define IM2COL_SWITCH_ID(id, env, meaning) id,

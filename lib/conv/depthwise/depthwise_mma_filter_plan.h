@@ -113,9 +113,11 @@ inline bool plan_dw_mma_filter(const DwGeom& g, const FilterSlices& call, int64_
 }
 
 // Where the tensor-core filter gradient is taken over the tiles: windows of
-// 5 taps or more along W (measured on ConvNeXt-T's and RepLKNet's layers;
-// docs/optimization-log.md, step 132).
-inline bool dw_mma_filter_pays(const DwGeom& g) { return g.kernel[2] >= 5; }
+// 7 taps or more along W (measured on an H200, bfloat16; docs/optimization-log.md,
+// step 132). ConvNeXt-T's 7x7 layers took 0.58, 0.88, 1.06 and 0.92x the
+// tiles' time on its 56², 28², 14² and 7² maps, RepLKNet's 27x27 and 13x13
+// 0.87 and 0.99x; EfficientNet-B0's 5x5 layers 1.07x (28²) and 1.70x (14²).
+inline bool dw_mma_filter_pays(const DwGeom& g) { return g.kernel[2] >= 7; }
 
 // --- the warps' index maps (lane l of a warp; mma.sync m16n8k16 layouts) ---------
 
