@@ -64,6 +64,12 @@
 //   for each channel, GEMMs of the output rows against Toeplitz bands of the
 //   taps on the tensor cores (mma.sync); m-tiles that meet an inf or NaN
 //   are recomputed window by window.
+// - Filter gradient, channels-last 16-bit with windows of 7 taps or more
+//   along W at unit stride along W (depthwise_mma_filter.cuh): for each
+//   channel and dy row, a GEMM of the input rows under the tap rows (A)
+//   against the dy row shifted by each tap column (B) whose accumulators are
+//   the taps, kept across a block's bands; bands that meet an inf or NaN are
+//   summed again output by output. One slice a block; pass 2 as above.
 //
 // Tuning switches (common/switches.h): JAX_IM2COL_NO_DW_RING=1 loads every
 // product's input from shared memory; JAX_IM2COL_NO_DW_NARROW_RUNS=1 keeps
@@ -74,7 +80,8 @@
 // forward's rows into registers instead of the ring; JAX_IM2COL_NO_DW_STREAM_FILTER_S1=1 keeps unit-stride
 // filter gradients on the tiles; JAX_IM2COL_NO_DW_TILES=1 runs the
 // one-thread-per-element kernels everywhere (a reference on the GPU);
-// JAX_IM2COL_NO_DW_MMA=1 keeps 16-bit forwards off the tensor cores.
+// JAX_IM2COL_NO_DW_MMA=1 keeps 16-bit forwards off the tensor cores;
+// JAX_IM2COL_NO_DW_MMA_FILTER=1 keeps 16-bit filter gradients off them.
 #pragma once
 
 #include <cuda_runtime.h>

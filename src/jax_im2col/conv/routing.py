@@ -31,7 +31,9 @@ _STEM_CHANNELS = 4
 _DEPTHWISE_MIN_TAPS = 25
 # The half-precision depthwise filter gradients of large windows that run faster on
 # XLA's convolution: maps of 14 to 28 a side, windows of at most 7x7 (the measured
-# class: ConvNeXt-T's; the 7x7 map's is 3x faster on the project's kernels).
+# class: ConvNeXt-T's; the 56² and 7² maps' are 0.68x and 0.39x XLA's time on the
+# project's tensor-core filter gradient; routing_ab's own_large_filter_14_28 keeps
+# these on it).
 _LARGE_FILTER_SIDES = (14, 28)
 _CUDNN_MAX_TAPS = 49
 # The half-precision 3x3 depthwise filter gradients at unit stride that run faster on
@@ -89,12 +91,14 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
       if (_half(p) and op == "filter_gradient" and not strided and taps <= _CUDNN_MAX_TAPS
               and _LARGE_FILTER_SIDES[0] <= side <= _LARGE_FILTER_SIDES[1]):
         return ("a half-precision depthwise filter gradient of a window up to 7x7 at unit stride on "
-                "a map of 14 to 28 a side: own / XLA 1.49-1.52 in device time (ConvNeXt-T's 7x7 "
-                "layers, H100); ConvNeXt-T's bfloat16 train step took 0.921x XLA's time with these on "
-                "XLA's, 0.943x on the project's kernels (one process, interleaved)")
+                "a map of 14 to 28 a side: own / XLA 1.1-1.4 in device time on the tensor cores "
+                "(ConvNeXt-T's 7x7 layers, H200, 2026-11-29; 1.29-1.33 on the tiles); ConvNeXt-T's "
+                "bfloat16 train step took 0.886x XLA's time with these on XLA's, 0.907x on the "
+                "project's kernels (one process, interleaved)")
       # Otherwise own / XLA 0.13-0.64 (7x7 f32), 0.84-0.95 (bf16 forward and input gradient),
-      # 0.33 (the bf16 filter gradient on ConvNeXt-T's 7x7 map), and far below 1 for the
-      # 13x13 to 31x31 windows, where cuDNN has no kernel of its own for the window.
+      # 0.68 and 0.39 (the bf16 filter gradients on ConvNeXt-T's 56² and 7² maps, tensor
+      # cores), and far below 1 for the 13x13 to 31x31 windows, where cuDNN has no kernel
+      # of its own for the window.
       return None
     if (_half(p) and op == "filter_gradient" and not strided and tuple(w.kernel) == (3, 3)
             and _HALF_FILTER_3X3_SIDES[0] <= max(p.in_spatial) <= _HALF_FILTER_3X3_SIDES[1]):

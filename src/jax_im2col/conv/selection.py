@@ -255,14 +255,16 @@ def _depthwise_choice(p: ConvProblem) -> Choice:
   """The depthwise kernels (lib/conv/depthwise/): tensor-core Toeplitz GEMMs,
   streamed 3x3 windows or register-blocked tiles for any window (the kernel
   is picked in depthwise_conv.cu); the filter gradient in slices of rows
-  (of column tiles too, for the staged 3x3 kernel, within the same count)
-  whose partial sums are added in order (depthwise_filter_plan)."""
+  (of column tiles too, for the staged 3x3 kernel, and groups of bands for
+  the tensor-core one, within the same count) whose partial sums are added
+  in order (depthwise_filter_plan)."""
   why = ("depthwise kernel: 16-bit channels-last windows of 7+ taps along W at unit stride as Toeplitz GEMMs "
          "on the tensor cores, 3x3 windows streamed down the rows, else halo tiles in shared memory with a "
          "register ring along each row"
          if p.op != FILTER_GRADIENT else
-         "depthwise filter gradient: 3x3 windows with their input and dy rows staged in shared memory, "
-         "else register rings over taps; slices summed in order")
+         "depthwise filter gradient: 16-bit channels-last windows of 7+ taps along W at unit stride along W "
+         "as GEMMs on the tensor cores whose accumulators are the taps, 3x3 windows with their input and dy "
+         "rows staged in shared memory, else register rings over taps; slices summed in order")
   if p.op != FILTER_GRADIENT:
     return Choice("depthwise", why)
   spec = p.spec
