@@ -2,6 +2,7 @@
 // draws, the input offset a window reads, and element conversions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +33,41 @@ inline Geometry draw_geometry(int nd, int in_max, int64_t* pad_hi) {
     g.in[d] = draw(1, in_max);
   }
   return g;
+}
+
+// A depthwise test's geometry of nd dimensions: `window(d, last, g)` draws
+// dimension d's kernel, dilation and stride into g; then its extent
+// 1..window + slack (the last one wide_lo..wide_hi in a quarter of the
+// geometries) and paddings -1..min(window, 6). Redrawn (up to 20 times)
+// until it has outputs.
+template <typename Window>
+Geometry draw_depthwise_geometry(int nd, int slack, int wide_lo, int wide_hi, Window window) {
+  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
+  for (int attempt = 0;; ++attempt) {
+    Geometry g;
+    g.nd = nd;
+    const bool wide = draw(0, 3) == 0;
+    for (int d = 0; d < nd; ++d) {
+      const bool last = d == nd - 1;
+      window(d, last, g);
+      const int64_t extent = (g.kernel[d] - 1) * g.rhs_dilation[d] + 1;
+      g.in[d] = draw(1, static_cast<int>(extent + slack));
+      if (last && wide) g.in[d] = draw(wide_lo, wide_hi);
+      g.pad_lo[d] = draw(-1, static_cast<int>(std::min<int64_t>(extent, 6)));
+      pad_hi[d] = draw(-1, static_cast<int>(std::min<int64_t>(extent, 6)));
+    }
+    finish_geometry(g, pad_hi);
+    if (g.out_size > 0 || attempt > 20) return g;
+  }
+}
+
+// A failing case's geometry, a line a dimension.
+inline void print_dimensions(const Geometry& g) {
+  for (int d = 0; d < g.nd; ++d)
+    std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
+                static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
+                static_cast<long long>(g.kernel[d]), static_cast<long long>(g.stride[d]),
+                static_cast<long long>(g.rhs_dilation[d]), static_cast<long long>(g.pad_lo[d]));
 }
 
 // Flat input offset read by output position l and tap k, -1 for padding or

@@ -6,7 +6,7 @@ namespace im2col::cuda {
 
 cudaError_t dw_forward_mma(xla::ffi::DataType type, const void* x, const void* w, void* y, const DwGeom& g,
                            const DwMma& m, int64_t n, int64_t c, cudaStream_t stream) {
-  auto launch = [&](auto tag) -> cudaError_t {
+  return with_half_type(type, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     // The smallest fragment and accumulator arrays that hold the plan's, and
     // the most blocks an SM their registers allow.
@@ -18,12 +18,7 @@ cudaError_t dw_forward_mma(xla::ffi::DataType type, const void* x, const void* w
     kernel<<<dw_grid(m.blocks), static_cast<unsigned>(kDwMmaThreads), static_cast<size_t>(m.smem), stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), g, m, n, c);
     return cudaGetLastError();
-  };
-  switch (type) {
-    case xla::ffi::DataType::F16: return launch(__half{});
-    case xla::ffi::DataType::BF16: return launch(__nv_bfloat16{});
-    default: return cudaErrorInvalidValue;
-  }
+  });
 }
 
 }  // namespace im2col::cuda

@@ -6,7 +6,7 @@ namespace im2col::cuda {
 
 cudaError_t dw_filter_mma(xla::ffi::DataType type, const void* dy, const void* x, void* partials, const DwGeom& g,
                           const DwMmaFilter& m, int64_t c, cudaStream_t stream) {
-  auto launch = [&](auto tag) -> cudaError_t {
+  return with_half_type(type, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     // The smallest accumulator arrays that hold the window, and the most
     // blocks an SM their registers allow.
@@ -18,12 +18,7 @@ cudaError_t dw_filter_mma(xla::ffi::DataType type, const void* dy, const void* x
     kernel<<<dw_grid(m.blocks), static_cast<unsigned>(kDwMmaFilterThreads), static_cast<size_t>(m.smem), stream>>>(
         static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<float*>(partials), g, m, c);
     return cudaGetLastError();
-  };
-  switch (type) {
-    case xla::ffi::DataType::F16: return launch(__half{});
-    case xla::ffi::DataType::BF16: return launch(__nv_bfloat16{});
-    default: return cudaErrorInvalidValue;
-  }
+  });
 }
 
 }  // namespace im2col::cuda

@@ -131,13 +131,10 @@ __device__ __forceinline__ void dw_mma_filter_zero_margins(uint16_t* xs, uint16_
   }
 }
 
-// Lane l's accumulators of one band summed again output by output, over the
-// band's `rows` x `cols` outputs (the products lax computes) from the
-// staged planes of its channel: for bands whose products met an inf or NaN.
-template <typename T, int MT, int NT>
-__device__ __forceinline__ void dw_mma_filter_direct(const uint16_t* xp, const uint16_t* dyp, const DwGeom& g,
-                                                     const DwMmaFilter& m, int32_t rows, int32_t cols, int32_t lane,
-                                                     float (&acc)[MT][NT][4]) {
+// Calls f(mt, nt, v, kh, kw) for each of lane l's accumulators (m-tile mt,
+// n-tile nt, register v) that holds a tap (kh, kw) of the window.
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void dw_mma_filter_each_tap(const DwGeom& g, int32_t lane, F&& f) {
 #pragma unroll
   for (int32_t mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -145,15 +142,26 @@ __device__ __forceinline__ void dw_mma_filter_direct(const uint16_t* xp, const u
 #pragma unroll
       for (int32_t v = 0; v < 4; ++v) {
         const int32_t kh = dw_mma_filter_c_kh(mt, lane, v), kw = dw_mma_filter_c_kw(nt, lane, v);
-        if (kh >= g.kernel[1] || kw >= g.kernel[2]) continue;
-        float sum = 0.f;
-        for (int32_t r = 0; r < rows; ++r) {
-          const uint16_t* xr = xp + (r * g.stride[1] + kh * g.dil[1]) * m.rp + kw * g.dil[2];
-          const uint16_t* dr = dyp + r * m.dp + m.lead;
-          for (int32_t c = 0; c < cols; ++c) sum += dw_mma_value<T>(xr[c]) * dw_mma_value<T>(dr[c]);
-        }
-        acc[mt][nt][v] += sum;
+        if (kh < g.kernel[1] && kw < g.kernel[2]) f(mt, nt, v, kh, kw);
       }
+}
+
+// Lane l's accumulators of one band summed again output by output, over the
+// band's `rows` x `cols` outputs (the products lax computes) from the
+// staged planes of its channel: for bands whose products met an inf or NaN.
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void dw_mma_filter_direct(const uint16_t* xp, const uint16_t* dyp, const DwGeom& g,
+                                                     const DwMmaFilter& m, int32_t rows, int32_t cols, int32_t lane,
+                                                     float (&acc)[MT][NT][4]) {
+  dw_mma_filter_each_tap<MT, NT>(g, lane, [&](int32_t mt, int32_t nt, int32_t v, int32_t kh, int32_t kw) {
+    float sum = 0.f;
+    for (int32_t r = 0; r < rows; ++r) {
+      const uint16_t* xr = xp + (r * g.stride[1] + kh * g.dil[1]) * m.rp + kw * g.dil[2];
+      const uint16_t* dr = dyp + r * m.dp + m.lead;
+      for (int32_t c = 0; c < cols; ++c) sum += dw_mma_value<T>(xr[c]) * dw_mma_value<T>(dr[c]);
+    }
+    acc[mt][nt][v] += sum;
+  });
 }
 
 // Writes lane l's accumulators of channel c (the window's taps, not those
@@ -163,16 +171,9 @@ __device__ __forceinline__ void dw_mma_filter_write(float* __restrict__ partials
                                                     const DwGeom& g, int64_t slice, int64_t C, int64_t c,
                                                     int32_t lane) {
   const int64_t K = g.kernel_size();
-#pragma unroll
-  for (int32_t mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int32_t nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int32_t v = 0; v < 4; ++v) {
-        const int32_t kh = dw_mma_filter_c_kh(mt, lane, v), kw = dw_mma_filter_c_kw(nt, lane, v);
-        if (kh < g.kernel[1] && kw < g.kernel[2])
-          partials[(slice * K + int64_t{kh} * g.kernel[2] + kw) * C + c] = acc[mt][nt][v];
-      }
+  dw_mma_filter_each_tap<MT, NT>(g, lane, [&](int32_t mt, int32_t nt, int32_t v, int32_t kh, int32_t kw) {
+    partials[(slice * K + int64_t{kh} * g.kernel[2] + kw) * C + c] = acc[mt][nt][v];
+  });
 }
 
 #if defined(__CUDA_ARCH__)

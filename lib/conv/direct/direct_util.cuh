@@ -68,6 +68,18 @@ cudaError_t with_type(xla::ffi::DataType t, Fn&& fn) {
   }
 }
 
+// Calls fn(T{}) with the CUDA element type of a 16-bit float t (the
+// tensor-core kernels' types).
+template <typename Fn>
+cudaError_t with_half_type(xla::ffi::DataType t, Fn&& fn) {
+  using xla::ffi::DataType;
+  switch (t) {
+    case DataType::F16: return fn(__half{});
+    case DataType::BF16: return fn(__nv_bfloat16{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // Calls fn(T{}, TY{}) for input type `in` and output type `out`: TY is T, or
 // float for half inputs with a float32 output (the forward's
 // preferred_element_type).

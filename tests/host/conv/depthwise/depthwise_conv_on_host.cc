@@ -245,11 +245,7 @@ void describe(const char* what, const Geometry& g, int64_t N, int64_t C, bool cl
   std::printf("FAIL: %s nd %d %s %s N %lld C %lld ring %d narrow %d gather %d stream %d budget %lld\n", what,
               g.nd, cl ? "cl" : "cf", type_name(bytes), static_cast<long long>(N), static_cast<long long>(C), o.ring,
               o.narrow, o.gather, o.stream, static_cast<long long>(o.budget));
-  for (int d = 0; d < g.nd; ++d)
-    std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
-                static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
-                static_cast<long long>(g.kernel[d]), static_cast<long long>(g.stride[d]),
-                static_cast<long long>(g.rhs_dilation[d]), static_cast<long long>(g.pad_lo[d]));
+  print_dimensions(g);
 }
 
 template <typename TY>

@@ -128,27 +128,12 @@ void run_filter(const T* dy, const T* x, float* partials, const DwGeom& g, const
 }
 
 Geometry random_geometry(int nd) {
-  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
-  for (int attempt = 0;; ++attempt) {
-    Geometry g;
-    g.nd = nd;
-    const bool wide = draw(0, 3) == 0;
-    for (int d = 0; d < nd; ++d) {
-      const bool last = d == nd - 1;
-      const int shape = draw(0, 5);
-      int k = shape == 0 ? draw(17, 32) : shape == 1 ? draw(9, 16) : draw(1, 8);
-      g.kernel[d] = k;
-      g.rhs_dilation[d] = draw(0, 2) == 0 ? draw(2, 3) : 1;
-      g.stride[d] = last ? (draw(0, 9) == 0 ? 2 : 1) : draw(1, 3);
-      const int64_t window = (k - 1) * g.rhs_dilation[d] + 1;
-      g.in[d] = draw(1, static_cast<int>(window + 20));
-      if (last && wide) g.in[d] = draw(60, 200);
-      g.pad_lo[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 6)));
-      pad_hi[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 6)));
-    }
-    finish_geometry(g, pad_hi);
-    if (g.out_size > 0 || attempt > 20) return g;
-  }
+  return draw_depthwise_geometry(nd, 20, 60, 200, [](int d, bool last, Geometry& g) {
+    const int shape = draw(0, 5);
+    g.kernel[d] = shape == 0 ? draw(17, 32) : shape == 1 ? draw(9, 16) : draw(1, 8);
+    g.rhs_dilation[d] = draw(0, 2) == 0 ? draw(2, 3) : 1;
+    g.stride[d] = last ? (draw(0, 9) == 0 ? 2 : 1) : draw(1, 3);
+  });
 }
 
 template <typename T>
@@ -162,11 +147,7 @@ void describe(const char* what, const Geometry& g, int64_t N, int64_t C, const D
   std::printf("FAIL: %s nd %d N %lld C %lld: th %d bands %d tw %d tiles_w %d ksteps %d groups %d per_group %d\n", what,
               g.nd, static_cast<long long>(N), static_cast<long long>(C), m.th, m.bands, m.tw, m.tiles_w, m.ksteps,
               m.groups, m.per_group);
-  for (int d = 0; d < g.nd; ++d)
-    std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
-                static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
-                static_cast<long long>(g.kernel[d]), static_cast<long long>(g.stride[d]),
-                static_cast<long long>(g.rhs_dilation[d]), static_cast<long long>(g.pad_lo[d]));
+  print_dimensions(g);
 }
 
 template <typename T>

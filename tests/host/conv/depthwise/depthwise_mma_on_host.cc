@@ -108,27 +108,13 @@ void run_mma(const T* x, const T* w, T* y, const DwGeom& g, const DwMma& m, int6
 }
 
 Geometry random_geometry(int nd, bool unit_stride) {
-  int64_t pad_hi[kMaxSpatial] = {0, 0, 0};
-  for (int attempt = 0;; ++attempt) {
-    Geometry g;
-    g.nd = nd;
-    const bool wide = draw(0, 3) == 0;
-    for (int d = 0; d < nd; ++d) {
-      const bool last = d == nd - 1;
-      int k = draw(1, 9);
-      if (!last && draw(0, 5) == 0) k = 13;
-      g.kernel[d] = k;
-      g.rhs_dilation[d] = draw(1, 3);
-      g.stride[d] = unit_stride ? 1 : draw(1, 3);
-      const int64_t window = (k - 1) * g.rhs_dilation[d] + 1;
-      g.in[d] = draw(1, static_cast<int>(window + 14));
-      if (last && wide) g.in[d] = draw(60, 420);
-      g.pad_lo[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 6)));
-      pad_hi[d] = draw(-1, static_cast<int>(std::min<int64_t>(window, 6)));
-    }
-    finish_geometry(g, pad_hi);
-    if (g.out_size > 0 || attempt > 20) return g;
-  }
+  return draw_depthwise_geometry(nd, 14, 60, 420, [&](int d, bool last, Geometry& g) {
+    int k = draw(1, 9);
+    if (!last && draw(0, 5) == 0) k = 13;
+    g.kernel[d] = k;
+    g.rhs_dilation[d] = draw(1, 3);
+    g.stride[d] = unit_stride ? 1 : draw(1, 3);
+  });
 }
 
 template <typename T>
@@ -142,11 +128,7 @@ void describe(const char* what, const Geometry& g, int64_t N, int64_t C, const D
   std::printf("FAIL: %s nd %d N %lld C %lld budget %lld: cb %d nb %d th %d bands %d nt %d tiles_w %d ksteps %d\n",
               what, g.nd, static_cast<long long>(N), static_cast<long long>(C), static_cast<long long>(budget), m.cb,
               m.nb, m.th, m.bands, m.nt, m.tiles_w, m.ksteps);
-  for (int d = 0; d < g.nd; ++d)
-    std::printf("  d%d: in %lld out %lld kernel %lld stride %lld dilation %lld pad_lo %lld\n", d,
-                static_cast<long long>(g.in[d]), static_cast<long long>(g.out[d]),
-                static_cast<long long>(g.kernel[d]), static_cast<long long>(g.stride[d]),
-                static_cast<long long>(g.rhs_dilation[d]), static_cast<long long>(g.pad_lo[d]));
+  print_dimensions(g);
 }
 
 int64_t at(int64_t n, int64_t s, int64_t c, int64_t C, int64_t size) { return (n * size + s) * C + c; }
