@@ -4,13 +4,12 @@
 // units (a band of dy rows of one W tile; W tile fastest, then band, image).
 // For each unit it stages the input under the band's tile and the tile's dy
 // rows channel-major (its first items loaded while the unit before
-// multiplies), then each
-// warp multiplies its channel's rows on the tensor cores into accumulators
-// that are the window's taps, kept across the bands (a band that met an inf
-// or NaN summed again output by output); at the end the block writes them as
-// its group's partial sums. Staging, the direct sums and the write-back are
-// per-thread code (the host tests run them); the warps' products run on the
-// GPU only, their index maps are the host tests'.
+// multiplies), then each warp multiplies its channel's rows on the tensor
+// cores into accumulators that are the window's taps, kept across the units
+// (a unit that met an inf or NaN summed again output by output); at the end
+// the block writes them as its group's partial sums. Staging, the direct
+// sums and the write-back are per-thread code (the host tests run them); the
+// warps' products run on the GPU only, their index maps are the host tests'.
 #pragma once
 
 #include <cuda_bf16.h>
