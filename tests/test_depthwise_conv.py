@@ -157,8 +157,10 @@ WINDOWS_2D = [
     (31, (33, 35), 8, (1, 1), (1, 1), "SAME"),
     (31, (36, 31), 5, (2, 2), (1, 1), ((15, 15), (-1, 2))),
     # 16-bit filter gradients on the tensor cores (depthwise_mma_filter.cuh) where
-    # the channels fill 16-byte vectors and the stride along W is 1: stride and
-    # dilation along H, dilation along W, a W tile past 64 outputs.
+    # the channels fill 16-byte vectors, the stride along W is 1 and the window
+    # 7 taps wide or more: stride and dilation along H, dilation along W (the
+    # 1-D 9-tap case below spans several W tiles). A 5x5 window past 64 outputs
+    # a row stays on the tiles (dw_mma_filter_pays).
     (7, (19, 21), 16, (2, 1), (2, 2), ((3, 5), (6, 4))),
     (5, (9, 70), 8, (1, 1), (1, 1), ((2, 2), (0, 4))),
 ]
