@@ -7,6 +7,7 @@ side, in float32 (DEFAULT precision) and bfloat16.
 
     python benchmarks/routing.py --out DIR [--models resnet50,...] [--dtypes f32,bf16]
         [--preset full] [--steps 10] [--repeats 3] [--deadline-s 400]
+    python benchmarks/routing.py --out DIR --suite   (bench.py's suite, both layouts)
 
 Writes DIR/routing.json (one row per layer, dtype and op: shapes, the
 layer's uses in the model, the own algorithm, ms of each, ratio own / XLA)
@@ -25,34 +26,57 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
+from jax import lax
 
 import jax_im2col
 from model_bench.environment import environment
-from model_bench.per_layer import _ops, record_convs
+from model_bench.per_layer import ConvCall, _ops, record_convs
 from model_bench.problem import IMPLS
 from model_bench.timing import calls, interleaved, summarize
 from model_zoo import MODELS
 
 OPS = {"fwd": "forward", "dgrad": "input_gradient", "wgrad": "filter_gradient"}
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
 
 def conv_class(call) -> str:
   """The class of convolution the routing rules speak of."""
   nd = len(call.lhs_shape) - 2
   groups = call.feature_group_count
-  channels = call.rhs_shape[-2] * groups if call.dimension_numbers else call.lhs_shape[1]
+  dn = lax.conv_dimension_numbers(call.lhs_shape, call.rhs_shape, call.dimension_numbers)
+  channels = call.lhs_shape[dn.lhs_spec[1]]
   parts = [f"{nd}d"]
   if groups > 1:
-    parts.append("depthwise" if call.rhs_shape[-2] == 1 and groups == channels else "grouped")
+    parts.append("depthwise" if call.rhs_shape[dn.rhs_spec[1]] == 1 and groups == channels
+                 else "grouped")
   if call.lhs_dilation and any(d != 1 for d in call.lhs_dilation):
     parts.append("transposed")
   if call.rhs_dilation and any(d != 1 for d in call.rhs_dilation):
     parts.append("dilated")
-  kernel = call.rhs_shape[:nd] if call.dimension_numbers else call.rhs_shape[2:]
+  kernel = [call.rhs_shape[d] for d in dn.rhs_spec[2:]]
   parts.append("1x1" if all(k == 1 for k in kernel) else "x".join(map(str, kernel)))
   if any(s != 1 for s in call.window_strides):
     parts.append("strided")
+  if dn.lhs_spec[1] != len(call.lhs_shape) - 1:
+    parts.append("channels-first")
   return " ".join(parts)
+
+
+def suite_calls(dtype: str) -> dict[tuple[str, str], ConvCall]:
+  """The benchmark suite's convolutions (bench.py's SUITE) in both layouts,
+  keyed by (case, layout)."""
+  import bench  # the suite's shapes and layouts: one source with the benchmark
+  calls = {}
+  for case in bench.SUITE:
+    for layout in ("cf", "cl"):
+      kw = bench.conv_kwargs(case, layout)
+      calls[(case.name, layout)] = ConvCall(
+          bench.x_shape(case, layout), bench.w_shape(case, layout), jnp.dtype(DTYPES[dtype]).name,
+          tuple(kw["window_strides"]), tuple(tuple(p) for p in kw["padding"]),
+          kw["lhs_dilation"] and tuple(kw["lhs_dilation"]), tuple(kw["rhs_dilation"]), kw["dimension_numbers"],
+          kw["feature_group_count"], 1, None, None)
+  return calls
 
 
 def measure(call, steps, repeats) -> dict:
@@ -61,9 +85,10 @@ def measure(call, steps, repeats) -> dict:
   lhs = jax.random.normal(keys[0], call.lhs_shape, call.dtype)
   rhs = jax.random.normal(keys[1], call.rhs_shape, call.dtype)
   kwargs = call.kwargs()
+  strides, padding = kwargs.pop("window_strides"), kwargs.pop("padding")
+  routed = jax_im2col.explain(lhs, rhs, strides, padding, **kwargs)
   with jax_im2col.force_algorithm("own"):
-    own = jax_im2col.explain(lhs, rhs, kwargs.pop("window_strides"), kwargs.pop("padding"),
-                             **kwargs)
+    own = jax_im2col.explain(lhs, rhs, strides, padding, **kwargs)
     ops = {impl: _ops(conv, call) for impl, conv in IMPLS.items()}
     y = jax.eval_shape(ops["xla"]["fwd"], lhs, rhs)
     g = jax.random.normal(keys[2], y.shape, y.dtype)
@@ -73,7 +98,8 @@ def measure(call, steps, repeats) -> dict:
       t = summarize(interleaved({impl: calls(ops[impl][name], *args) for impl in ops}, steps,
                                 repeats))
       out[name] = {"own_ms": t["ours_ms"], "xla_ms": t["xla_ms"], "ratio": t["ratio"],
-                   "own_algorithm": own[OPS[name]].algorithm}
+                   "own_algorithm": own[OPS[name]].algorithm,
+                   "routed_algorithm": routed[OPS[name]].algorithm}
   return out
 
 
@@ -87,11 +113,12 @@ def markdown(rows, env) -> str:
            f"{env.get('device_kind')}; jax {env.get('jax')}; commit {env.get('commit')}; "
            f"{env.get('date')}. ms per call (wall clock of a loop, median of repeats, "
            "interleaved); ratio own / XLA.", "",
-           "| model | dtype | class | x | w | uses | op | own algorithm | own ms | XLA ms | ratio |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| model | dtype | class | x | w | uses | op | own algorithm | routed | own ms | XLA ms | ratio |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['model']} | {r['dtype']} | {r['class']} | {tuple(r['lhs_shape'])} | "
                  f"{tuple(r['rhs_shape'])} | {r['uses']} | {r['op']} | {r['own_algorithm']} | "
+                 f"{r.get('routed_algorithm', '')} | "
                  f"{r['own_ms']:.4f} | {r['xla_ms']:.4f} | {r['ratio']:.2f} |")
   lines += ["", "Geometric mean of own / XLA per class, dtype and op:", "",
             "| class | dtype | op | layers | own / XLA |", "|---|---|---|---|---|"]
@@ -112,33 +139,40 @@ def main(argv=None) -> int:
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--deadline-s", type=float, default=400.0)
+  parser.add_argument("--suite", action="store_true",
+                      help="the benchmark suite's convolutions in both layouts instead of the models'")
   args = parser.parse_args(argv)
   start = time.perf_counter()
   args.out.mkdir(parents=True, exist_ok=True)
   env = environment()
   rows, seen = [], set()
-  for model in args.models.split(","):
-    for dtype in args.dtypes.split(","):
-      for call, uses in record_convs(MODELS[model], args.preset, dtype).items():
-        if time.perf_counter() - start > args.deadline_s:
-          print("deadline reached", flush=True)
-          break
-        if call in seen:
-          continue
-        seen.add(call)
-        try:
-          times = measure(call, args.steps, args.repeats)
-        except Exception as e:  # one layer's failure must not lose the rest
-          print(f"{model} {dtype} {call.lhs_shape} {call.rhs_shape}: {type(e).__name__}: {e}",
-                flush=True)
-          continue
-        for op, t in times.items():
-          rows.append({"model": model, "dtype": dtype, "class": conv_class(call), "uses": uses,
-                       "op": op, "lhs_shape": list(call.lhs_shape),
-                       "rhs_shape": list(call.rhs_shape), "call": call.describe(), **t})
-        print(f"{model} {dtype} {conv_class(call):24} x{call.lhs_shape} w{call.rhs_shape}: " +
-              ", ".join(f"{op} {t['own_algorithm']} {t['ratio']:.2f}" for op, t in times.items()),
-              flush=True)
+  if args.suite:
+    work = [(f"suite {name} {layout}", dtype, call, 1) for dtype in args.dtypes.split(",")
+            for (name, layout), call in suite_calls(dtype).items()]
+  else:
+    work = [(model, dtype, call, uses) for model in args.models.split(",")
+            for dtype in args.dtypes.split(",")
+            for call, uses in record_convs(MODELS[model], args.preset, dtype).items()]
+  for model, dtype, call, uses in work:
+    if time.perf_counter() - start > args.deadline_s:
+      print("deadline reached", flush=True)
+      break
+    if call in seen:
+      continue
+    seen.add(call)
+    try:
+      times = measure(call, args.steps, args.repeats)
+    except Exception as e:  # one layer's failure must not lose the rest
+      print(f"{model} {dtype} {call.lhs_shape} {call.rhs_shape}: {type(e).__name__}: {e}",
+            flush=True)
+      continue
+    for op, t in times.items():
+      rows.append({"model": model, "dtype": dtype, "class": conv_class(call), "uses": uses,
+                   "op": op, "lhs_shape": list(call.lhs_shape),
+                   "rhs_shape": list(call.rhs_shape), "call": call.describe(), **t})
+    print(f"{model} {dtype} {conv_class(call):24} x{call.lhs_shape} w{call.rhs_shape}: " +
+          ", ".join(f"{op} {t['own_algorithm']}/{t['routed_algorithm']} {t['ratio']:.2f}"
+                    for op, t in times.items()), flush=True)
   (args.out / "routing.json").write_text(json.dumps(dict(environment=env, rows=rows), indent=1))
   (args.out / "routing.md").write_text(markdown(rows, env))
   print(f"wrote {len(rows)} rows in {time.perf_counter() - start:.0f} s", flush=True)

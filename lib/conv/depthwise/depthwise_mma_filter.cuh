@@ -44,6 +44,12 @@ constexpr int dw_mma_filter_mtiles() {
   return MROWS == 32 ? 2 : 1;
 }
 
+// A warp's accumulators: the m-tiles x n-tiles of its channel's taps.
+template <int MT, int NT>
+struct DwMmaFilterTaps {
+  float v[MT][NT][4];
+};
+
 // The staged items of a unit: the input under its band's tile (ph rows x
 // xcols pixels of 8 channels) then its dy rows (th x tw), one 16-byte vector
 // each.
@@ -243,13 +249,7 @@ dw_mma_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x, float* _
   const int32_t tid = static_cast<int32_t>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t ch0 = int64_t{run} * kDwMmaFilterChannels;
   dw_mma_filter_zero_margins(xs, ds, m, tid, kDwMmaFilterThreads);
-  float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[mt][nt][v] = 0.f;
+  DwMmaFilterTaps<MT, NT> acc{};
   const int32_t first = group * m.per_group, last = min(m.units, first + m.per_group);
   const uint16_t* xp = xs + warp * m.x_plane;
   const uint16_t* dyp = ds + warp * m.dy_plane;
@@ -268,35 +268,25 @@ dw_mma_filter_kernel(const T* __restrict__ dy, const T* __restrict__ x, float* _
     }
     const int32_t rows = min(m.th, g.out[1] - oh0), cols = min(m.tw, g.out[2] - ow0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // ldmatrix, mma.sync
-    float before[MT][NT][4];
+    const DwMmaFilterTaps<MT, NT> before = acc;
+    dw_mma_filter_products<T, MROWS, NT>(xp, dyp, g, m, rows, lane, acc.v);
     float total = 0.f;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) before[mt][nt][v] = acc[mt][nt][v];
-    dw_mma_filter_products<T, MROWS, NT>(xp, dyp, g, m, rows, lane, acc);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) total += (acc[mt][nt][0] + acc[mt][nt][1]) + (acc[mt][nt][2] + acc[mt][nt][3]);
+        total += (acc.v[mt][nt][0] + acc.v[mt][nt][1]) + (acc.v[mt][nt][2] + acc.v[mt][nt][3]);
     // A non-finite accumulator (rarely a finite overflow) marks a band whose
     // products met an inf or NaN: summed again output by output.
     if (__any_sync(0xffffffffu, !isfinite(total))) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[mt][nt][v] = before[mt][nt][v];
-      dw_mma_filter_direct<T>(xp, dyp, g, m, rows, cols, lane, acc);
+      acc = before;
+      dw_mma_filter_direct<T>(xp, dyp, g, m, rows, cols, lane, acc.v);
     }
 #elif defined(__CUDA_ARCH__)
     __trap();
 #endif
   }
-  dw_mma_filter_write(partials, acc, g, group, C, ch0 + warp, lane);
+  dw_mma_filter_write(partials, acc.v, g, group, C, ch0 + warp, lane);
 }
 
 }  // namespace im2col::cuda

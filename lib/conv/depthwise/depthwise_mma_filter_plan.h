@@ -84,11 +84,9 @@ inline bool plan_dw_mma_filter(const DwGeom& g, const FilterSlices& call, int64_
   m.xcols = m.tw + m.lead;
   if (m.xcols > kDwMmaFilterMaxCols) return false;
   m.ksteps = (m.xcols + 15) / 16;
-  // ldmatrix's 8 rows (consecutive tap rows at dH = 1) on distinct banks need an odd pitch in
-  // 16-byte units; this gives one only for an even count of k-steps (odd counts, as on 28² and 7²
-  // maps, read with 2-way conflicts). As measured; 16 ksteps + 8 for every count is untried
-  // (docs/optimization-log.md, step 132).
-  m.rp = 16 * m.ksteps + ((m.ksteps % 2 == 0) ? 8 : 0);
+  // ldmatrix's 8 rows (consecutive tap rows at dH = 1) fall on distinct banks only at an odd pitch
+  // in 16-byte units (docs/optimization-log.md, step 133).
+  m.rp = 16 * m.ksteps + 8;
   m.dp = m.lead + 16 * m.ksteps;
   const int64_t fixed = dw_mma_filter_bytes(m, g, 1) - 2 * kDwMmaFilterChannels * (g.stride[1] * m.rp + m.dp);
   const int64_t per_row = 2 * kDwMmaFilterChannels * (int64_t{g.stride[1]} * m.rp + m.dp);
