@@ -87,7 +87,7 @@ def test_auto_routes_by_class(dtype):
   # MobileNetV2's 3x3 stride 2 stem: its float32 forward on XLA's, bfloat16 on the project's.
   stem = plan(f(64, 224, 224, 3), f(3, 3, 3, 32), (2, 2))
   assert (stem[0] == "xla") == (dtype == jnp.float32) and stem[1] != "xla"
-  # Where XLA is weak: dilated (WaveNet), 3-D (U-Net), grouped, channels-first.
+  # Where XLA is weak: dilated (WaveNet), 3-D (U-Net).
   assert "xla" not in plan(f(8, 16000, 128), f(2, 128, 256), (1,), ((512, 0),),
                            dn=("NWC", "WIO", "NWC"), rhs_dilation=(512,))
   # WaveNet's 1-D 1x1 residual and skip layers: XLA's, which fuses the sums into them.
@@ -96,8 +96,47 @@ def test_auto_routes_by_class(dtype):
                            dn=("NWC", "WIO", "NWC"))
   assert "xla" not in plan(f(2, 32, 32, 32, 64), f(3, 3, 3, 64, 64), (1, 1, 1),
                            dn=("NDHWC", "DHWIO", "NDHWC"))
-  assert "xla" not in plan(f(32, 28, 28, 256), f(3, 3, 8, 256), groups=32)
-  assert "xla" not in plan(f(32, 256, 28, 28), f(256, 256, 3, 3), dn=("NCHW", "OIHW", "NCHW"))
+  # Grouped (ResNeXt's 32 groups of 8): the project's kernels, but XLA's float32 filter gradient.
+  resnext = plan(f(32, 28, 28, 256), f(3, 3, 8, 256), groups=32)
+  assert "xla" not in resnext[:2] and (resnext[2] == "xla") == (dtype == jnp.float32)
+  # wav2vec's strided 1-D layer: XLA's half-precision filter gradient in both layouts.
+  w2v = plan(f(8, 3199, 512), f(3, 512, 512), (2,), "VALID", dn=("NWC", "WIO", "NWC"))
+  assert "xla" not in w2v[:2] and (w2v[2] == "xla") == (dtype == jnp.bfloat16)
+
+
+NCHW = ("NCHW", "OIHW", "NCHW")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_auto_routes_channels_first_by_class(dtype):
+  """The channels-first rules (the benchmark suite's ops in that layout)."""
+  f = lambda *s: S(s, dtype)
+  f32 = dtype == jnp.float32
+  # Dense 3x3 at unit stride: the project's forward and input gradient; XLA's float32 filter
+  # gradient. At stride 2 XLA's float32 input gradient too, but never a stem's.
+  c64 = plan(f(32, 64, 56, 56), f(64, 64, 3, 3), dn=NCHW)
+  assert "xla" not in c64[:2] and (c64[2] == "xla") == f32
+  strided = plan(f(32, 128, 56, 56), f(128, 128, 3, 3), (2, 2), dn=NCHW)
+  assert strided[0] != "xla" and (strided[1:] == ("xla", "xla")) == f32 and (
+      f32 or "xla" not in strided)
+  stem = plan(f(32, 3, 224, 224), f(64, 3, 7, 7), (2, 2), dn=NCHW)
+  assert "xla" not in stem[:2] and stem[2] == "xla"
+  # 3-D: XLA's filter gradient; 1x1, grouped and dilated: the project's kernels.
+  c3d = plan(f(4, 64, 16, 56, 56), f(64, 64, 3, 3, 3), (1, 1, 1), dn=("NCDHW", "OIDHW", "NCDHW"))
+  assert "xla" not in c3d[:2] and c3d[2] == "xla"
+  assert "xla" not in plan(f(32, 256, 56, 56), f(64, 256, 1, 1), dn=NCHW)
+  assert "xla" not in plan(f(32, 256, 28, 28), f(256, 8, 3, 3), groups=32, dn=NCHW)
+  assert "xla" not in plan(f(8, 256, 64, 64), f(256, 256, 3, 3), padding=((2, 2), (2, 2)),
+                           rhs_dilation=(2, 2), dn=NCHW)
+  # A 2-D depthwise 3x3 on XLA's; 1-D depthwise (jax#13800), dilated and 7x7 on the project's.
+  assert plan(f(32, 144, 56, 56), f(144, 1, 3, 3), groups=144, dn=NCHW) == ("xla",) * 3
+  assert "xla" not in plan(f(32, 512, 1024), f(512, 1, 5), (1,), groups=512, dn=("NCH", "OIH", "NCH"))
+  assert "xla" not in plan(f(16, 256, 64, 64), f(256, 1, 3, 3), padding=((2, 2), (2, 2)),
+                           rhs_dilation=(2, 2), groups=256, dn=NCHW)
+  assert "xla" not in plan(f(32, 96, 56, 56), f(96, 1, 7, 7), groups=96, dn=NCHW)
+  # wav2vec's strided 1-D layer: XLA's float32 input gradient, half-precision filter gradient.
+  w2v = plan(f(8, 512, 3199), f(512, 512, 3), (2,), "VALID", dn=("NCH", "OIH", "NCH"))
+  assert w2v[0] != "xla" and (w2v[1] == "xla") == f32 and (w2v[2] == "xla") == (not f32)
 
 
 def test_settings_force_algorithms():

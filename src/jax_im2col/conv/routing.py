@@ -2,14 +2,15 @@
 op: rules drawn from measurements.
 
 benchmarks/routing.py times every op of every distinct convolution of the
-model benchmark's five models with the project's kernels and with XLA's, side
-by side (BENCHMARKS.md, "Routing"; raw data in benchmarks/results/). The
-rules speak of classes of convolutions rather than single shapes, so that
-they hold between the measured shapes; an op outside every rule keeps the
-project's kernels, which is where XLA is weak: channels-first layouts,
-dilated, transposed, grouped and large-window depthwise convolutions, 1-D
-(but 1x1) and 3-D. Each rule quotes the geometric mean of own / XLA it rests
-on (H200, 2026-11-27; f32 is float32 at DEFAULT precision), or the whole
+model benchmark's five models, and with --suite the benchmark suite's in
+both layouts, with the project's kernels and with XLA's, side by side
+(BENCHMARKS.md, "Routing"; raw data in benchmarks/results/). The rules speak
+of classes of convolutions rather than single shapes, so that they hold
+between the measured shapes; an op outside every rule keeps the project's
+kernels, which is where XLA is weak: most channels-first ops, dilated,
+transposed, grouped and large-window depthwise convolutions, 1-D (but 1x1)
+and 3-D. Each rule quotes the geometric mean of own / XLA it rests on (H200,
+2026-11-27 and 2026-11-29; f32 is float32 at DEFAULT precision), or the whole
 model's train step where that decided it (benchmarks/models.py,
 benchmarks/routing_ab.py): a custom call also costs the fusions XLA makes
 into its own convolution.
@@ -66,15 +67,61 @@ _POINTWISE_1D = (
     "its 1x1 layers on the project's kernels")
 
 
+_SUITE = "the benchmark suite, H200, 2026-11-29, benchmarks/routing.py --suite"
+
+
+def _strided_1d_filter_half(p) -> Optional[str]:
+  """A half-precision strided 1-D dense filter gradient (wav2vec's feature encoder)."""
+  w = p.spec.window
+  if (_half(p) and p.op == "filter_gradient" and w.nd == 1 and p.spec.groups == 1
+          and w.kernel_size > 1 and any(s != 1 for s in w.stride) and not _patchify(w)):
+    return ("a half-precision strided 1-D filter gradient: own / XLA 1.10 channels-first, 1.19 "
+            f"channels-last (w2v_1d_k3s2; {_SUITE}); 0.90-1.01 in float32")
+  return None
+
+
+def _channels_first(p) -> Optional[str]:
+  """The rules for channels-first operands, from the benchmark suite's ops
+  (2026-11-29). XLA keeps the dilated filter gradients (own / XLA 0.15-0.25),
+  the grouped and 1x1 ops (0.58-0.96) and most forwards (0.64-0.93) weak."""
+  spec, w, op = p.spec, p.spec.window, p.op
+  if any(d != 1 for d in w.rhs_dilation) or _patchify(w):
+    return None
+  if spec.groups == p.c == p.o:
+    if w.nd == 2 and w.kernel_size < _DEPTHWISE_MIN_TAPS:
+      return ("a channels-first 2-D depthwise convolution with few taps: own / XLA 1.15-1.23 in "
+              f"float32 and 1.46-2.19 in bfloat16 (mbv2_dw3x3, every op; {_SUITE})")
+    return None  # 1-D (jax#13800: 0.10-0.19) and large windows: the project's kernels
+  if spec.groups > 1 or w.kernel_size == 1:
+    return None
+  strided = any(s != 1 for s in w.stride)
+  if op == "input_gradient" and strided and not _half(p) and p.c > _STEM_CHANNELS:
+    return ("a float32 channels-first strided input gradient: own / XLA 1.32 (r50_3x3s2_c128), "
+            f"1.21 (w2v_1d_k3s2); 0.83-0.89 in bfloat16, 0.46 on a stem ({_SUITE})")
+  if op == "filter_gradient":
+    if not _half(p) and w.nd >= 2:
+      return ("a float32 channels-first dense filter gradient: own / XLA 1.00-1.29 over the suite's "
+              f"2-D and 3-D windows (ResNet-50's 3x3 and stem, c3d_3x3x3; {_SUITE})")
+    if _half(p) and (w.nd == 3 or p.c <= _STEM_CHANNELS):
+      return ("a half-precision channels-first filter gradient of a stem or a 3-D window: own / "
+              f"XLA 1.78 (r50_stem7x7s2), 1.22 (c3d_3x3x3); 0.79-1.09 on ResNet-50's 3x3 ({_SUITE})")
+    return _strided_1d_filter_half(p)
+  return None
+
+
 def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   """Why XLA's convolution should run op p instead of `own_algorithm`, or
   None where the project's kernel is the one to run."""
   spec, w = p.spec, p.spec.window
-  if device.platform != "cuda" or not spec.channels_last or any(d != 1 for d in w.lhs_dilation):
-    return None  # channels-first, transposed: the project's kernels
+  if device.platform != "cuda" or any(d != 1 for d in w.lhs_dilation):
+    return None  # transposed: the project's kernels
+  if not spec.channels_last:
+    return _channels_first(p)
   taps, op = w.kernel_size, p.op
   if w.nd == 1 and taps == 1 and spec.groups == 1:
     return _POINTWISE_1D
+  if _strided_1d_filter_half(p):
+    return _strided_1d_filter_half(p)
   if (w.nd == 3 and spec.groups == 1 and p.c <= _STEM_CHANNELS
           and (op == "input_gradient" or np.dtype(p.dtype) == np.float32)):
     return ("a 3-D stem (at most 4 input channels): own / XLA 2.49 forward, 1.87 input gradient, "
@@ -128,6 +175,9 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
             "unit-stride ones on the project's kernels (one process, interleaved); its inference "
             "took 1.25x XLA's time with all of them on the project's earlier kernels, 1.03x on XLA's")
   if spec.groups > 1:
+    if op == "filter_gradient" and not _half(p):
+      return ("a float32 grouped filter gradient: own / XLA 1.23 (resnext_g32, 32 groups of 8 "
+              f"channels; {_SUITE}); its forward and input gradient 0.79-0.84, bfloat16 0.87-0.97")
     return None  # grouped: XLA's grouped convolutions are its weak spot
   if taps == 1:
     return ("a 1x1 convolution is one GEMM either way, and XLA fuses its layout changes into "
