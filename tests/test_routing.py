@@ -99,9 +99,6 @@ def test_auto_routes_by_class(dtype):
   # Grouped (ResNeXt's 32 groups of 8): the project's kernels, but XLA's float32 filter gradient.
   resnext = plan(f(32, 28, 28, 256), f(3, 3, 8, 256), groups=32)
   assert "xla" not in resnext[:2] and (resnext[2] == "xla") == (dtype == jnp.float32)
-  # wav2vec's strided 1-D layer: XLA's half-precision filter gradient in both layouts.
-  w2v = plan(f(8, 3199, 512), f(3, 512, 512), (2,), "VALID", dn=("NWC", "WIO", "NWC"))
-  assert "xla" not in w2v[:2] and (w2v[2] == "xla") == (dtype == jnp.bfloat16)
 
 
 NCHW = ("NCHW", "OIHW", "NCHW")
@@ -112,13 +109,14 @@ def test_auto_routes_channels_first_by_class(dtype):
   """The channels-first rules (the benchmark suite's ops in that layout)."""
   f = lambda *s: S(s, dtype)
   f32 = dtype == jnp.float32
-  # Dense 3x3 at unit stride: the project's forward and input gradient; XLA's float32 filter
-  # gradient. At stride 2 XLA's float32 input gradient too, but never a stem's.
+  # Dense 3x3: the project's forward and unit-stride input gradient, XLA's filter gradient (in
+  # float32 not on 7x7 maps); XLA's strided input gradient, but never a stem's.
   c64 = plan(f(32, 64, 56, 56), f(64, 64, 3, 3), dn=NCHW)
-  assert "xla" not in c64[:2] and (c64[2] == "xla") == f32
+  assert "xla" not in c64[:2] and c64[2] == "xla"
+  c512 = plan(f(32, 512, 7, 7), f(512, 512, 3, 3), dn=NCHW)
+  assert "xla" not in c512[:2] and (c512[2] == "xla") == (not f32)
   strided = plan(f(32, 128, 56, 56), f(128, 128, 3, 3), (2, 2), dn=NCHW)
-  assert strided[0] != "xla" and (strided[1:] == ("xla", "xla")) == f32 and (
-      f32 or "xla" not in strided)
+  assert strided[0] != "xla" and strided[1:] == ("xla", "xla")
   stem = plan(f(32, 3, 224, 224), f(64, 3, 7, 7), (2, 2), dn=NCHW)
   assert "xla" not in stem[:2] and stem[2] == "xla"
   # 3-D: XLA's filter gradient; 1x1, grouped and dilated: the project's kernels.
@@ -134,9 +132,16 @@ def test_auto_routes_channels_first_by_class(dtype):
   assert "xla" not in plan(f(16, 256, 64, 64), f(256, 1, 3, 3), padding=((2, 2), (2, 2)),
                            rhs_dilation=(2, 2), groups=256, dn=NCHW)
   assert "xla" not in plan(f(32, 96, 56, 56), f(96, 1, 7, 7), groups=96, dn=NCHW)
-  # wav2vec's strided 1-D layer: XLA's float32 input gradient, half-precision filter gradient.
-  w2v = plan(f(8, 512, 3199), f(512, 512, 3), (2,), "VALID", dn=("NCH", "OIH", "NCH"))
-  assert w2v[0] != "xla" and (w2v[1] == "xla") == f32 and (w2v[2] == "xla") == (not f32)
+  # wav2vec's strided 1-D layer, both layouts: XLA's input gradient, and its filter gradient in
+  # half precision; the project's forward.
+  for dn, x, w in ((("NCH", "OIH", "NCH"), f(8, 512, 3199), f(512, 512, 3)),
+                   (("NWC", "WIO", "NWC"), f(8, 3199, 512), f(3, 512, 512))):
+    w2v = plan(x, w, (2,), "VALID", dn=dn)
+    assert w2v[0] != "xla" and w2v[1] == "xla" and (w2v[2] == "xla") == (not f32)
+  # A 2-D dilated input gradient in half precision, channels-last: XLA's; its filter gradient
+  # (XLA's slow dilated path) never.
+  deeplab = plan(f(8, 64, 64, 256), f(3, 3, 256, 256), padding=((2, 2), (2, 2)), rhs_dilation=(2, 2))
+  assert deeplab[0] != "xla" and (deeplab[1] == "xla") == (not f32) and deeplab[2] != "xla"
 
 
 def test_settings_force_algorithms():

@@ -67,45 +67,58 @@ _POINTWISE_1D = (
     "its 1x1 layers on the project's kernels")
 
 
-_SUITE = "the benchmark suite, H200, 2026-11-29, benchmarks/routing.py --suite"
+_SUITE = ("the benchmark suite by device span, H200, 2026-11-29, benchmarks/bench.py --only "
+          "fwd,grads with JAX_IM2COL_ALGORITHM=own")
 
 
-def _strided_1d_filter_half(p) -> Optional[str]:
-  """A half-precision strided 1-D dense filter gradient (wav2vec's feature encoder)."""
+def _dense_undilated(p) -> bool:
   w = p.spec.window
-  if (_half(p) and p.op == "filter_gradient" and w.nd == 1 and p.spec.groups == 1
-          and w.kernel_size > 1 and any(s != 1 for s in w.stride) and not _patchify(w)):
-    return ("a half-precision strided 1-D filter gradient: own / XLA 1.10 channels-first, 1.19 "
-            f"channels-last (w2v_1d_k3s2; {_SUITE}); 0.90-1.01 in float32")
+  return (p.spec.groups == 1 and w.kernel_size > 1 and not _patchify(w)
+          and all(d == 1 for d in w.rhs_dilation))
+
+
+def _strided_1d(p) -> Optional[str]:
+  """wav2vec's feature encoder: strided 1-D dense windows."""
+  w = p.spec.window
+  if not (w.nd == 1 and _dense_undilated(p) and any(s != 1 for s in w.stride)):
+    return None
+  if p.op == "input_gradient":
+    return ("a strided 1-D input gradient: own / XLA 1.27 (float32) and 1.55 (bfloat16) "
+            f"channels-last, 1.35 and 1.23 channels-first (w2v_1d_k3s2; {_SUITE})")
+  if p.op == "filter_gradient" and _half(p):
+    return ("a half-precision strided 1-D filter gradient: own / XLA 1.44 channels-last, 1.21 "
+            f"channels-first (w2v_1d_k3s2; {_SUITE}); 0.87-1.05 in float32")
   return None
 
 
 def _channels_first(p) -> Optional[str]:
   """The rules for channels-first operands, from the benchmark suite's ops
-  (2026-11-29). XLA keeps the dilated filter gradients (own / XLA 0.15-0.25),
-  the grouped and 1x1 ops (0.58-0.96) and most forwards (0.64-0.93) weak."""
+  (2026-11-29). The project's kernels keep the forwards (own / XLA 0.37-1.09),
+  the input gradients at unit stride (0.42-1.08), and the dilated (filter
+  gradients 0.11-0.21), grouped (0.82-1.06) and 1x1 ops (0.36-0.42)."""
   spec, w, op = p.spec, p.spec.window, p.op
   if any(d != 1 for d in w.rhs_dilation) or _patchify(w):
     return None
   if spec.groups == p.c == p.o:
     if w.nd == 2 and w.kernel_size < _DEPTHWISE_MIN_TAPS:
-      return ("a channels-first 2-D depthwise convolution with few taps: own / XLA 1.15-1.23 in "
-              f"float32 and 1.46-2.19 in bfloat16 (mbv2_dw3x3, every op; {_SUITE})")
-    return None  # 1-D (jax#13800: 0.10-0.19) and large windows: the project's kernels
-  if spec.groups > 1 or w.kernel_size == 1:
+      return ("a channels-first 2-D depthwise convolution with few taps: own / XLA 1.24-1.33 in "
+              f"float32 and 1.89-2.80 in bfloat16 (mbv2_dw3x3, every op; {_SUITE})")
+    return None  # 1-D (jax#13800: 0.21-0.27) and large windows: the project's kernels
+  if not _dense_undilated(p):
     return None
-  strided = any(s != 1 for s in w.stride)
-  if op == "input_gradient" and strided and not _half(p) and p.c > _STEM_CHANNELS:
-    return ("a float32 channels-first strided input gradient: own / XLA 1.32 (r50_3x3s2_c128), "
-            f"1.21 (w2v_1d_k3s2); 0.83-0.89 in bfloat16, 0.46 on a stem ({_SUITE})")
+  if w.nd == 1 and _strided_1d(p):
+    return _strided_1d(p)
+  if op == "input_gradient" and any(s != 1 for s in w.stride) and p.c > _STEM_CHANNELS:
+    return ("a channels-first strided input gradient: own / XLA 1.38 (float32) and 1.19 "
+            f"(bfloat16) on r50_3x3s2_c128; 0.44-0.60 on a stem ({_SUITE})")
   if op == "filter_gradient":
-    if not _half(p) and w.nd >= 2:
-      return ("a float32 channels-first dense filter gradient: own / XLA 1.00-1.29 over the suite's "
-              f"2-D and 3-D windows (ResNet-50's 3x3 and stem, c3d_3x3x3; {_SUITE})")
-    if _half(p) and (w.nd == 3 or p.c <= _STEM_CHANNELS):
-      return ("a half-precision channels-first filter gradient of a stem or a 3-D window: own / "
-              f"XLA 1.78 (r50_stem7x7s2), 1.22 (c3d_3x3x3); 0.79-1.09 on ResNet-50's 3x3 ({_SUITE})")
-    return _strided_1d_filter_half(p)
+    if _half(p):
+      return ("a half-precision channels-first dense filter gradient: own / XLA 1.23-1.95 over "
+              f"the suite's 2-D, 3-D and strided 1-D windows ({_SUITE})")
+    if w.nd >= 2 and max(p.in_spatial) > _SMALLEST_MAP:
+      return ("a float32 channels-first dense filter gradient on a map of more than 7 a side: "
+              "own / XLA 1.04-1.47 on ResNet-50's 3x3 layers and 1.31 on c3d_3x3x3, 0.99 on its "
+              f"stem; 0.82 on 7x7 maps and 0.87 in 1-D ({_SUITE})")
   return None
 
 
@@ -120,8 +133,13 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   taps, op = w.kernel_size, p.op
   if w.nd == 1 and taps == 1 and spec.groups == 1:
     return _POINTWISE_1D
-  if _strided_1d_filter_half(p):
-    return _strided_1d_filter_half(p)
+  if _strided_1d(p):
+    return _strided_1d(p)
+  if (w.nd == 2 and op == "input_gradient" and _half(p) and spec.groups == 1
+          and any(d != 1 for d in w.rhs_dilation)):
+    return ("a half-precision dilated input gradient: own / XLA 1.27 (deeplab_dil2, 3x3 at "
+            f"dilation 2; {_SUITE}); 0.99 channels-first, 1.03 in float32; XLA's dilated filter "
+            "gradients stay off (own / XLA 0.09-0.21)")
   if (w.nd == 3 and spec.groups == 1 and p.c <= _STEM_CHANNELS
           and (op == "input_gradient" or np.dtype(p.dtype) == np.float32)):
     return ("a 3-D stem (at most 4 input channels): own / XLA 2.49 forward, 1.87 input gradient, "
@@ -177,7 +195,7 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   if spec.groups > 1:
     if op == "filter_gradient" and not _half(p):
       return ("a float32 grouped filter gradient: own / XLA 1.23 (resnext_g32, 32 groups of 8 "
-              f"channels; {_SUITE}); its forward and input gradient 0.79-0.84, bfloat16 0.87-0.97")
+              f"channels; {_SUITE}); its forward and input gradient 1.11-1.13, bfloat16 1.02-1.07")
     return None  # grouped: XLA's grouped convolutions are its weak spot
   if taps == 1:
     return ("a 1x1 convolution is one GEMM either way, and XLA fuses its layout changes into "
