@@ -14,6 +14,11 @@ layer's uses in the model, the own algorithm, ms of each, ratio own / XLA)
 and DIR/routing.md (the rows, and per op and class of convolution the
 geometric mean of the ratios). Rows stop at the deadline; what was measured
 is written.
+
+The clock is the host's over a loop of calls: on ops of 20-200 us it can
+misread a ratio by a third (docs/optimization-log.md, step 134); per-op rules
+for such ops rest on device spans (bench.py --only fwd,grads with
+JAX_IM2COL_ALGORITHM=own), this script's rows say which ops to look at.
 """
 
 from __future__ import annotations
