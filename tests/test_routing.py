@@ -105,8 +105,9 @@ NCHW = ("NCHW", "OIHW", "NCHW")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_auto_routes_channels_first_by_class(dtype):
-  """The channels-first rules (the benchmark suite's ops in that layout)."""
+def test_auto_routes_suite_classes(dtype):
+  """The rules drawn from the benchmark suite's ops: channels-first, and the
+  strided 1-D and dilated classes of both layouts."""
   f = lambda *s: S(s, dtype)
   f32 = dtype == jnp.float32
   # Dense 3x3: the project's forward and unit-stride input gradient, XLA's filter gradient (in

@@ -106,7 +106,7 @@ def _channels_first(p) -> Optional[str]:
     return None  # 1-D (jax#13800: 0.21-0.27) and large windows: the project's kernels
   if not _dense_undilated(p):
     return None
-  if w.nd == 1 and _strided_1d(p):
+  if w.nd == 1:
     return _strided_1d(p)
   if op == "input_gradient" and any(s != 1 for s in w.stride) and p.c > _STEM_CHANNELS:
     return ("a channels-first strided input gradient: own / XLA 1.38 (float32) and 1.19 "
@@ -133,8 +133,8 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
   taps, op = w.kernel_size, p.op
   if w.nd == 1 and taps == 1 and spec.groups == 1:
     return _POINTWISE_1D
-  if _strided_1d(p):
-    return _strided_1d(p)
+  if reason := _strided_1d(p):
+    return reason
   if (w.nd == 2 and op == "input_gradient" and _half(p) and spec.groups == 1
           and any(d != 1 for d in w.rhs_dilation)):
     return ("a half-precision dilated input gradient: own / XLA 1.27 (deeplab_dil2, 3x3 at "
