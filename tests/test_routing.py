@@ -206,7 +206,8 @@ def test_select_is_a_pure_function_of_problem_and_device():
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("setting", ["xla", "auto"])
-@pytest.mark.parametrize("case", ["resnet-1x1", "resnet-3x3s2", "mbv2-dw", "transposed", "wavenet-1x1"])
+@pytest.mark.parametrize("case", ["resnet-1x1", "resnet-3x3s2", "resnet-3x3s2-cf", "mbv2-dw",
+                                  "mbv2-dw-cf", "transposed", "wavenet-1x1"])
 def test_routes_agree_with_lax(platform, setting, case):
   """Forward and both gradients by whichever route the setting takes, against
   lax in float64 (the XLA route lowers lax's own convolution and its
@@ -214,8 +215,14 @@ def test_routes_agree_with_lax(platform, setting, case):
   x_shape, w_shape, kw = {
       "resnet-1x1": ((2, 9, 9, 16), (1, 1, 16, 8), dict(window_strides=(1, 1), padding="SAME")),
       "resnet-3x3s2": ((2, 9, 9, 16), (3, 3, 16, 8), dict(window_strides=(2, 2), padding="SAME")),
+      "resnet-3x3s2-cf": ((2, 16, 9, 9), (8, 16, 3, 3),
+                          dict(window_strides=(2, 2), padding="SAME",
+                               dimension_numbers=("NCHW", "OIHW", "NCHW"))),
       "mbv2-dw": ((2, 9, 9, 16), (3, 3, 1, 16),
                   dict(window_strides=(1, 1), padding="SAME", feature_group_count=16)),
+      "mbv2-dw-cf": ((2, 16, 9, 9), (16, 1, 3, 3),
+                     dict(window_strides=(1, 1), padding="SAME", feature_group_count=16,
+                          dimension_numbers=("NCHW", "OIHW", "NCHW"))),
       "transposed": ((2, 5, 6, 4), (3, 3, 4, 8), dict(window_strides=(1, 1),
                                                       padding=((2, 2), (1, 2)),
                                                       lhs_dilation=(2, 2))),
