@@ -7,6 +7,7 @@ side, in float32 (DEFAULT precision) and bfloat16.
 
     python benchmarks/routing.py --out DIR [--models resnet50,...] [--dtypes f32,bf16]
         [--preset full] [--steps 10] [--repeats 3] [--deadline-s 400]
+        [--clock span|host] [--routed-own]
     python benchmarks/routing.py --out DIR --suite   (bench.py's suite, both layouts)
 
 Writes DIR/routing.json (one row per layer, dtype and op: shapes, the
@@ -15,10 +16,13 @@ and DIR/routing.md (the rows, and per op and class of convolution the
 geometric mean of the ratios). Rows stop at the deadline; what was measured
 is written.
 
-The clock is the host's over a loop of calls: on ops of 20-200 us it can
-misread a ratio by a third (docs/optimization-log.md, step 134); per-op rules
-for such ops rest on device spans (bench.py --only fwd,grads with
-JAX_IM2COL_ALGORITHM=own), this script's rows say which ops to look at.
+The clock (--clock) is by default each call's device span, from the GPU's
+own timestamps (torch's profiler; benchmarks/device_span.py), where torch
+sees the GPU, else the host's over a loop of calls. On ops of 20-200 us the
+host clock can misread a ratio by a third (docs/optimization-log.md, step
+134): rules rest on device spans. --routed-own times only the ops that the
+rules leave on the project's kernels (the others run XLA's convolution,
+the same program as lax's), to check those against #45's per-layer target.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ import jax_im2col
 from model_bench.environment import environment
 from model_bench.per_layer import ConvCall, _ops, record_convs
 from model_bench.problem import IMPLS
-from model_bench.timing import calls, interleaved, summarize
+from model_bench.timing import calls, interleaved, interleaved_spans, summarize
 from model_zoo import MODELS
 
+CLOCKS = {"host": "wall clock of a loop", "span": "device span of each call"}
 OPS = {"fwd": "forward", "dgrad": "input_gradient", "wgrad": "filter_gradient"}
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
@@ -84,8 +89,9 @@ def suite_calls(dtype: str) -> dict[tuple[str, str], ConvCall]:
   return calls
 
 
-def measure(call, steps, repeats) -> dict:
-  """ms of each op, own kernels and XLA, and the own algorithm per op."""
+def measure(call, steps, repeats, clock="host", routed_own=False) -> dict:
+  """ms of each op, own kernels and XLA, and the own algorithm per op; with
+  routed_own only the ops the rules leave on the project's kernels."""
   keys = jax.random.split(jax.random.key(0, impl="rbg"), 3)
   lhs = jax.random.normal(keys[0], call.lhs_shape, call.dtype)
   rhs = jax.random.normal(keys[1], call.rhs_shape, call.dtype)
@@ -97,11 +103,13 @@ def measure(call, steps, repeats) -> dict:
     ops = {impl: _ops(conv, call) for impl, conv in IMPLS.items()}
     y = jax.eval_shape(ops["xla"]["fwd"], lhs, rhs)
     g = jax.random.normal(keys[2], y.shape, y.dtype)
+    timer = interleaved_spans if clock == "span" else interleaved
     out = {}
     for name in OPS:
+      if routed_own and routed[OPS[name]].algorithm == "xla":
+        continue
       args = (lhs, rhs) if name == "fwd" else (lhs, rhs, g)
-      t = summarize(interleaved({impl: calls(ops[impl][name], *args) for impl in ops}, steps,
-                                repeats))
+      t = summarize(timer({impl: calls(ops[impl][name], *args) for impl in ops}, steps, repeats))
       out[name] = {"own_ms": t["ours_ms"], "xla_ms": t["xla_ms"], "ratio": t["ratio"],
                    "own_algorithm": own[OPS[name]].algorithm,
                    "routed_algorithm": routed[OPS[name]].algorithm}
@@ -116,8 +124,8 @@ def geomean(values):
 def markdown(rows, env) -> str:
   lines = ["## Routing measurements: each op of each model layer, own kernels vs XLA", "",
            f"{env.get('device_kind')}; jax {env.get('jax')}; commit {env.get('commit')}; "
-           f"{env.get('date')}. ms per call (wall clock of a loop, median of repeats, "
-           "interleaved); ratio own / XLA.", "",
+           f"{env.get('date')}. ms per call ({CLOCKS[env.get('clock', 'host')]}, median of "
+           "repeats, interleaved); ratio own / XLA.", "",
            "| model | dtype | class | x | w | uses | op | own algorithm | routed | own ms | XLA ms | ratio |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
@@ -146,10 +154,17 @@ def main(argv=None) -> int:
   parser.add_argument("--deadline-s", type=float, default=400.0)
   parser.add_argument("--suite", action="store_true",
                       help="the benchmark suite's convolutions in both layouts instead of the models'")
+  parser.add_argument("--clock", choices=tuple(CLOCKS), default=None,
+                      help="device span (default where torch's profiler sees the GPU) or host clock")
+  parser.add_argument("--routed-own", action="store_true",
+                      help="only the ops the rules leave on the project's kernels")
   args = parser.parse_args(argv)
+  if args.clock is None:
+    import device_span
+    args.clock = "span" if jax.default_backend() == "gpu" and device_span.available() else "host"
   start = time.perf_counter()
   args.out.mkdir(parents=True, exist_ok=True)
-  env = environment()
+  env = dict(environment(), clock=args.clock, routed_own=args.routed_own)
   rows, seen = [], set()
   if args.suite:
     work = [(f"suite {name} {layout}", dtype, call, 1) for dtype in args.dtypes.split(",")
@@ -166,7 +181,7 @@ def main(argv=None) -> int:
       continue
     seen.add(call)
     try:
-      times = measure(call, args.steps, args.repeats)
+      times = measure(call, args.steps, args.repeats, args.clock, args.routed_own)
     except Exception as e:  # one layer's failure must not lose the rest
       print(f"{model} {dtype} {call.lhs_shape} {call.rhs_shape}: {type(e).__name__}: {e}",
             flush=True)

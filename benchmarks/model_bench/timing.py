@@ -50,6 +50,24 @@ def interleaved(runners: dict[str, Runner], steps: int, repeats: int) -> dict[st
   return times
 
 
+def interleaved_spans(runners: dict[str, Runner], steps: int, repeats: int) -> dict[str, list[float]]:
+  """As interleaved, but each repeat's time is the median device span of
+  `steps` single calls (first kernel's start to last kernel's end, from the
+  GPU's timestamps): for ops of tens of microseconds the host clock of a loop
+  also counts dispatch, and can misread a ratio by a third."""
+  import device_span
+  for run in runners.values():
+    run(steps)
+  times = {name: [] for name in runners}
+  for _ in range(repeats):
+    for name, run in runners.items():
+      spans = device_span.run_spans(lambda: run(1), steps)
+      if spans is None:
+        raise RuntimeError(f"{name}: the calls put different numbers of kernels on the GPU")
+      times[name].append(statistics.median(spans) * 1e3)
+  return times
+
+
 def summarize(times: dict[str, list[float]]) -> dict:
   """Median ms per implementation, every repeat, and the ratio ours / XLA."""
   out = {f"{impl}_ms": statistics.median(t) for impl, t in times.items()}
