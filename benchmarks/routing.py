@@ -7,7 +7,8 @@ side, in float32 (DEFAULT precision) and bfloat16.
 
     python benchmarks/routing.py --out DIR [--models resnet50,...] [--dtypes f32,bf16]
         [--preset full] [--steps 10] [--repeats 3] [--deadline-s 400]
-        [--clock span|host] [--routed-own]
+        [--clock span|host] [--routed-own] [--classes "2x2 strided"] [--ops dgrad]
+        [--algorithms gemm,implicit]
     python benchmarks/routing.py --out DIR --suite   (bench.py's suite, both layouts)
 
 Writes DIR/routing.json (one row per layer, dtype and op: shapes, the
@@ -23,6 +24,9 @@ host clock can misread a ratio by a third (docs/optimization-log.md, step
 134): rules rest on device spans. --routed-own times only the ops that the
 rules leave on the project's kernels (the others run XLA's convolution,
 the same program as lax's), to check those against #45's per-layer target.
+--algorithms also times each op with each named algorithm forced (where it
+applies): the choice among the project's kernels; --classes and --ops keep
+the layers whose class holds one of the given texts, and those ops.
 """
 
 from __future__ import annotations
@@ -89,9 +93,22 @@ def suite_calls(dtype: str) -> dict[tuple[str, str], ConvCall]:
   return calls
 
 
-def measure(call, steps, repeats, clock="host", routed_own=False) -> dict:
+def _forced(call, name, args, algorithm):
+  """Op `name` of call compiled with `algorithm` forced, or None where it
+  does not apply (the setting is read at trace time)."""
+  fn = _ops(IMPLS["ours"], call)[name]
+  try:
+    with jax_im2col.force_algorithm(algorithm):
+      return fn.lower(*args).compile()
+  except ValueError:
+    return None
+
+
+def measure(call, steps, repeats, clock="host", routed_own=False, ops=tuple(OPS),
+            algorithms=()) -> dict:
   """ms of each op, own kernels and XLA, and the own algorithm per op; with
-  routed_own only the ops the rules leave on the project's kernels."""
+  routed_own only the ops the rules leave on the project's kernels; with
+  `algorithms` each of those forced too (forced_ms)."""
   keys = jax.random.split(jax.random.key(0, impl="rbg"), 3)
   lhs = jax.random.normal(keys[0], call.lhs_shape, call.dtype)
   rhs = jax.random.normal(keys[1], call.rhs_shape, call.dtype)
@@ -100,19 +117,25 @@ def measure(call, steps, repeats, clock="host", routed_own=False) -> dict:
   routed = jax_im2col.explain(lhs, rhs, strides, padding, **kwargs)
   with jax_im2col.force_algorithm("own"):
     own = jax_im2col.explain(lhs, rhs, strides, padding, **kwargs)
-    ops = {impl: _ops(conv, call) for impl, conv in IMPLS.items()}
-    y = jax.eval_shape(ops["xla"]["fwd"], lhs, rhs)
+    fns = {impl: _ops(conv, call) for impl, conv in IMPLS.items()}
+    y = jax.eval_shape(fns["xla"]["fwd"], lhs, rhs)
     g = jax.random.normal(keys[2], y.shape, y.dtype)
     timer = interleaved_spans if clock == "span" else interleaved
     out = {}
-    for name in OPS:
+    for name in ops:
       if routed_own and routed[OPS[name]].algorithm == "xla":
         continue
       args = (lhs, rhs) if name == "fwd" else (lhs, rhs, g)
-      t = summarize(timer({impl: calls(ops[impl][name], *args) for impl in ops}, steps, repeats))
+      runners = {impl: calls(fns[impl][name], *args) for impl in fns}
+      for algorithm in algorithms:
+        if (compiled := _forced(call, name, args, algorithm)) is not None:
+          runners[f"forced {algorithm}"] = calls(compiled, *args)
+      t = summarize(timer(runners, steps, repeats))
       out[name] = {"own_ms": t["ours_ms"], "xla_ms": t["xla_ms"], "ratio": t["ratio"],
                    "own_algorithm": own[OPS[name]].algorithm,
                    "routed_algorithm": routed[OPS[name]].algorithm}
+      if algorithms:
+        out[name]["forced_ms"] = {a: t.get(f"forced {a}_ms") for a in algorithms}
   return out
 
 
@@ -158,7 +181,17 @@ def main(argv=None) -> int:
                       help="device span (default where torch's profiler sees the GPU) or host clock")
   parser.add_argument("--routed-own", action="store_true",
                       help="only the ops the rules leave on the project's kernels")
+  parser.add_argument("--classes", default="",
+                      help="comma list: only layers whose class holds one of these texts")
+  parser.add_argument("--ops", default=",".join(OPS))
+  parser.add_argument("--algorithms", default="",
+                      help="comma list of algorithms to time forced as well (jax_im2col.ALGORITHMS)")
   args = parser.parse_args(argv)
+  classes = [c for c in args.classes.split(",") if c]
+  ops = [o for o in args.ops.split(",") if o]
+  algorithms = [a for a in args.algorithms.split(",") if a]
+  if unknown := sorted(set(ops) - set(OPS)):
+    parser.error(f"unknown ops {unknown}; known: {sorted(OPS)}")
   if args.clock is None:
     import device_span
     args.clock = "span" if jax.default_backend() == "gpu" and device_span.available() else "host"
@@ -177,11 +210,11 @@ def main(argv=None) -> int:
     if time.perf_counter() - start > args.deadline_s:
       print("deadline reached", flush=True)
       break
-    if call in seen:
+    if call in seen or (classes and not any(c in conv_class(call) for c in classes)):
       continue
     seen.add(call)
     try:
-      times = measure(call, args.steps, args.repeats, args.clock, args.routed_own)
+      times = measure(call, args.steps, args.repeats, args.clock, args.routed_own, ops, algorithms)
     except Exception as e:  # one layer's failure must not lose the rest
       print(f"{model} {dtype} {call.lhs_shape} {call.rhs_shape}: {type(e).__name__}: {e}",
             flush=True)
@@ -192,6 +225,8 @@ def main(argv=None) -> int:
                    "rhs_shape": list(call.rhs_shape), "call": call.describe(), **t})
     print(f"{model} {dtype} {conv_class(call):24} x{call.lhs_shape} w{call.rhs_shape}: " +
           ", ".join(f"{op} {t['own_algorithm']}/{t['routed_algorithm']} {t['ratio']:.2f}"
+                    + "".join(f" {a} {v / t['xla_ms']:.2f}" for a, v in t.get("forced_ms", {}).items()
+                              if v is not None)
                     for op, t in times.items()), flush=True)
   (args.out / "routing.json").write_text(json.dumps(dict(environment=env, rows=rows), indent=1))
   (args.out / "routing.md").write_text(markdown(rows, env))
