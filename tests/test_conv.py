@@ -1125,6 +1125,20 @@ def test_hopper_routing():
   assert implicit("cl", 256, 32, hopper=True)
   assert not implicit("cl", 256, 64, hopper=False)  # the mma.sync kernel: up to 128
   assert implicit("cl", 128, 64, hopper=False)
+  # A strided input gradient launches every phase's tiles at once: ConvNeXt-T's last 2x2
+  # stride-2 downsampling (768 -> 384 channels onto 14x14) has 4 phases of 7x7 positions,
+  # 312 tiles for 32 images (78 a phase). Its implicit GEMM took 65.5 us against cuBLAS's
+  # 137.5 in float32 (H200, 2026-11-29).
+  case = dict(groups=1, spatial=(14, 14), kernel=(2, 2), strides=(2, 2), padding="VALID",
+              rhs_dilation=(1, 1))
+  spec = _implicit_spec(case, "cl")
+  positions, _, passes = applicability.implicit_pass_extent(spec, (14, 14), input_gradient=True)
+  assert (positions, passes) == (49, 4)
+  for dtype in (np.float32, jnp.bfloat16):
+    assert applicability.use_implicit(spec, dtype, 384, 768, positions, HOPPER, input_gradient=True,
+                                      images=32, passes=passes)
+    assert not applicability.use_implicit(spec, dtype, 384, 768, positions, HOPPER,
+                                          input_gradient=True, images=8, passes=passes)
 
 
 def test_implicit_filter_positions_per_call(monkeypatch):

@@ -167,13 +167,18 @@ def implicit_applies(spec, dtype, c, o, device, *, input_gradient=False) -> bool
 IMPLICIT_MAX_CHANNELS = 128
 _IMPLICIT_CF_POSITIONS = 2048
 _HOPPER_GEMM_CHANNELS = 256
+# Passes (phases of a strided input gradient) of one implicit GEMM launch:
+# kMaxPasses in lib/conv/implicit/implicit_gemm.h.
+_MAX_PASSES_PER_LAUNCH = 8
 _PHASE_MIN_CHANNELS = 32
 
 
-def use_implicit(spec, dtype, c, o, positions, device, *, input_gradient=False, images=1) -> bool:
+def use_implicit(spec, dtype, c, o, positions, device, *, input_gradient=False, images=1,
+                 passes=1) -> bool:
   """Whether the implicit GEMM is taken: where it applies and is the faster
   path. positions: output positions per image of the call's largest pass
-  (implicit_pass_extent), of `images` images."""
+  (implicit_pass_extent), of `images` images; passes: how many (the phases
+  of a strided input gradient, whose tiles one launch holds: kMaxPasses)."""
   if not implicit_applies(spec, dtype, c, o, device, input_gradient=input_gradient):
     return False
   if (input_gradient and any(s != 1 for s in spec.window.stride)
@@ -182,7 +187,8 @@ def use_implicit(spec, dtype, c, o, positions, device, *, input_gradient=False, 
   channels = (o if input_gradient else c) // spec.groups
   if device.hopper_kernels:
     out_channels = (c if input_gradient else o) // spec.groups
-    tiles = -(-images * positions // 128) * -(-out_channels // 64) * spec.groups
+    tiles = (-(-images * positions // 128) * -(-out_channels // 64) * spec.groups
+             * min(max(passes, 1), _MAX_PASSES_PER_LAUNCH))
     return not (spec.channels_last and channels > _HOPPER_GEMM_CHANNELS
                 and tiles < device.multiprocessors)
   return channels <= IMPLICIT_MAX_CHANNELS or (

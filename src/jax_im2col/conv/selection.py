@@ -309,7 +309,8 @@ def _candidates(p: ConvProblem, device: DeviceCaps) -> dict[str, Callable[[], Op
     if pack:
       found["implicit_packed"] = lambda: _implicit_choice(p, device, pack=pack, extent=extent,
                                                           input_gradient=grad)
-    elif applicability.use_implicit(spec, dtype, c, o, extent[0], device, input_gradient=grad, images=p.n):
+    elif applicability.use_implicit(spec, dtype, c, o, extent[0], device, input_gradient=grad,
+                                    images=p.n, passes=extent[2]):
       found["implicit"] = lambda: _implicit_choice(p, device, pack=1, extent=extent,
                                                    input_gradient=grad)
     if applicability.direct_applies(spec, c, o):
