@@ -63,6 +63,27 @@ def stem_forward_half(p) -> bool:
           and np.dtype(p.dtype).itemsize == 2)
 
 
+def dense_3d(ops, half=None, one_by_one=False, narrow=False, decoder=False):
+  """Channels-last 3-D dense ops `ops` (the U-Net's), past its stem: 1x1
+  windows only with `one_by_one` (else 3x3x3 and the like), of one precision
+  with `half`, with `narrow` those whose contraction runs (input channels;
+  output channels for the input gradient) are under 128 bytes on maps of more
+  than 32 a side, with `decoder` those of at least twice as many input as
+  output channels, 64 output channels or more."""
+  def applies(p) -> bool:
+    w, item = p.spec.window, np.dtype(p.dtype).itemsize
+    if not (w.nd == 3 and p.spec.groups == 1 and p.c > 4 and p.op in ops
+            and (w.kernel_size == 1) == one_by_one and p.spec.channels_last):
+      return False
+    if half is not None and (item == 2) != half:
+      return False
+    runs = (p.o if p.op == "input_gradient" else p.c) * item
+    if narrow and not (runs < 128 and max(p.in_spatial) > 32):
+      return False
+    return not decoder or (p.o >= 64 and p.c >= 2 * p.o)
+  return applies
+
+
 # The rules on 3x3 maps of 28 or less (routing.py's _SMALL_MAP until 2026-11-29) and on large-window
 # filter gradients of 14-28 maps (_LARGE_FILTER_SIDES) were the candidates
 # "depthwise_small" and "large_filter_14_28" here until they became rules, as were,
@@ -91,6 +112,10 @@ CANDIDATES = {
     # MobileNetV2's bf16 stem forward (3x3 stride 2 on 224² x 3; own GEMM 0.98x XLA's alone): its
     # step holds two transposes (211 us) that XLA's does not (step_kernels, 2026-11-28).
     "stem_forward": stem_forward_half,
+    # The U-Net's 1x1 head's forward (32 -> 2 channels on 64³: 1.22x and 1.45x XLA's alone by
+    # device span, 2026-11-29): its bfloat16 step took 5.81 ms with it on XLA's convolution,
+    # 5.73 on the project's kernels; float32 level.
+    "3d_head": dense_3d(("forward",), one_by_one=True),
 }
 
 # Candidates the other way: ops that the rules send to XLA's convolution kept on
@@ -111,6 +136,13 @@ OWN_CANDIDATES = {
     # layers: 1.49-1.52x XLA's alone on the tiles, H100, 2026-11-28), kept on the project's
     # kernels: the tensor-core filter gradient (depthwise_mma_filter.cuh).
     "own_large_filter_14_28": depthwise_half(28, ("filter_gradient",), taps=lambda k: k >= 25, min_side=14),
+    # The rules of 2026-11-29 drawn from the models' layers by device span (routing.py
+    # --routed-own): the U-Net's half-precision 64³ forwards and input gradients of 32-channel
+    # runs (1.31-1.49x XLA's alone), its float32 decoder filter gradients (1.00-1.20x), and
+    # MobileNetV2's bfloat16 3x3 filter gradient on 7² (1.68x).
+    "own_3d_narrow_half": dense_3d(("forward", "input_gradient"), half=True, narrow=True),
+    "own_3d_decoder_filter": dense_3d(("filter_gradient",), half=False, decoder=True),
+    "own_filter_3x3_7": depthwise_half(7, ("filter_gradient",)),
 }
 
 

@@ -48,6 +48,23 @@ def test_auto_routes_by_class(dtype):
   assert stem3d == (("xla",) * 3 if dtype == jnp.float32 else ("gemm", "xla", "gemm"))
   assert "xla" not in plan(f(2, 16, 16, 16, 32), f(3, 3, 3, 32, 32), (1, 1, 1),
                            dn=("NDHWC", "DHWIO", "NDHWC"))
+  # ... but on its 64³ maps the half-precision forward and input gradient whose
+  # contraction runs are 32 channels (64 bytes) a tap; not on 32³, nor with 64 channels.
+  u3d = lambda *a, **k: plan(*a, (1, 1, 1), dn=("NDHWC", "DHWIO", "NDHWC"), **k)
+  half = dtype == jnp.bfloat16
+  assert u3d(f(2, 64, 64, 64, 32), f(3, 3, 3, 32, 32)) == (
+      ("xla", "xla", "implicit") if half else ("implicit",) * 3)
+  assert u3d(f(2, 64, 64, 64, 64), f(3, 3, 3, 64, 32)) == (
+      ("implicit", "xla", "implicit") if half else ("implicit",) * 3)
+  assert "xla" not in u3d(f(2, 32, 32, 32, 32), f(3, 3, 3, 32, 64))
+  assert "xla" not in u3d(f(2, 64, 64, 64, 32), f(3, 3, 3, 32, 32), rhs_dilation=(2, 2, 2))
+  # The U-Net's 1x1 head: the project's kernels (its train step is faster so).
+  assert "xla" not in u3d(f(2, 64, 64, 64, 32), f(1, 1, 1, 32, 2))
+  # Its float32 decoder filter gradients (128 -> 64, 256 -> 128): XLA's; with 32 output
+  # channels (64 -> 32 on 64³) and in bfloat16 the project's.
+  for x, w in ((f(2, 32, 32, 32, 128), f(3, 3, 3, 128, 64)), (f(2, 16, 16, 16, 256), f(3, 3, 3, 256, 128))):
+    assert (u3d(x, w)[2] == "xla") == (not half)
+  assert u3d(f(2, 64, 64, 64, 64), f(3, 3, 3, 64, 32))[2] != "xla"
   # ConvNeXt's 7x7 depthwise: the project's depthwise kernels for every op, but for
   # the bfloat16 filter gradients on its 28x28 and 14x14 maps; its 7x7 map's and
   # RepLKNet's larger windows keep the project's kernels.
@@ -68,6 +85,9 @@ def test_auto_routes_by_class(dtype):
   assert small == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
   smallest = plan(f(64, 14, 14, 576), f(3, 3, 1, 576), groups=576)
   assert smallest == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
+  # On 7x7 maps the bfloat16 filter gradient on XLA's again.
+  last = plan(f(64, 7, 7, 960), f(3, 3, 1, 960), groups=960)
+  assert last == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
   # The rule is the 3x3 window's: a bfloat16 1x3 depthwise filter gradient on the same map
   # stays on the project's kernels.
   assert (plan(f(64, 28, 28, 192), f(1, 3, 1, 192), groups=192)[2] == "xla") == (dtype == jnp.float32)

@@ -48,6 +48,16 @@ _LARGE_STRIDED_FILTER_SIDE = 112
 # Largest side of a map on which a half-precision dense forward runs faster on
 # XLA's convolution.
 _SMALLEST_MAP = 7
+# Bytes of one tap's channels that the Hopper implicit GEMM's halo and TMA
+# kernels copy as a run (kRowBytes in lib/conv/implicit/implicit_tile.cuh):
+# narrower runs take the cp.async gather kernel.
+_IMPLICIT_RUN_BYTES = 128
+# Side of a 3-D map beyond which XLA's convolution of half-precision narrow
+# runs is the faster (the U-Net's 64³ maps; on its 32³ maps the project's).
+_LARGE_3D_SIDE = 32
+# Fewest output channels of a float32 3-D decoder filter gradient on XLA's
+# convolution (with 32 the project's kernels are the faster: 0.94x XLA's).
+_WIDE_3D_FILTER_O = 64
 
 
 def _half(p) -> bool:
@@ -88,6 +98,49 @@ def _strided_1d(p) -> Optional[str]:
   if p.op == "filter_gradient" and _half(p):
     return ("a half-precision strided 1-D filter gradient: own / XLA 1.44 channels-last, 1.21 "
             f"channels-first (w2v_1d_k3s2; {_SUITE}); 0.87-1.05 in float32")
+  return None
+
+
+_U_NET_SPANS = ("the U-Net's layers by device span, H200, 2026-11-29, benchmarks/routing.py "
+                "--routed-own")
+
+
+def _dense_3d(p) -> Optional[str]:
+  """Channels-last 3-D dense convolutions: the U-Net's. Most of their ops run
+  0.34-0.80x XLA's time on the project's kernels; these do not."""
+  w, op = p.spec.window, p.op
+  if p.c <= _STEM_CHANNELS:
+    if op == "input_gradient" or np.dtype(p.dtype) == np.float32:
+      return ("a 3-D stem (at most 4 input channels): own / XLA 2.49 forward, 1.87 input "
+              "gradient, 1.39 filter gradient in float32, 1.32 input gradient in bfloat16 (the "
+              "U-Net's first layer; its bfloat16 forward 0.86 and filter gradient 0.56 stay); the "
+              "U-Net's float32 train step took 0.263x XLA's time with these on XLA's, 0.271x on "
+              "the project's kernels (one process, interleaved)")
+    return None
+  if any(d != 1 for d in w.rhs_dilation):
+    return None  # dilated: XLA's weak spot
+  if w.kernel_size == 1:
+    # The U-Net's 1x1 head (32 -> 2 channels on 64³): its forward alone took 1.22x (float32)
+    # and 1.45x (bfloat16) XLA's time, but the bfloat16 train step 5.81 ms with it on XLA's
+    # convolution against 5.73 on the project's kernels (float32 level; routing_ab, one
+    # process, interleaved): the project's kernels keep it. Its gradients: 0.28-0.93.
+    return None
+  runs = (p.o if op == "input_gradient" else p.c) * np.dtype(p.dtype).itemsize
+  if (op != "filter_gradient" and _half(p) and runs < _IMPLICIT_RUN_BYTES
+          and all(s == 1 for s in w.stride) and max(p.in_spatial) > _LARGE_3D_SIDE):
+    return ("a half-precision 3-D forward or input gradient whose contraction runs are under 128 "
+            "bytes a tap (32 channels: the implicit GEMM's gather kernel, not its halo kernel) on "
+            "a map of more than 32 a side: own / XLA 1.45 forward, 1.31-1.49 input gradients on "
+            f"the U-Net's 64³ layers ({_U_NET_SPANS}); 0.62 on its 32³ map. Its bfloat16 train "
+            "step took 5.81 ms with these on XLA's convolution, 6.26 on the project's kernels "
+            "(one process, interleaved; peak memory 707 against 547 MB, XLA's step 661)")
+  if (op == "filter_gradient" and not _half(p) and p.o >= _WIDE_3D_FILTER_O
+          and p.c >= 2 * p.o and max(p.in_spatial) > _SMALLEST_MAP):
+    return ("a float32 3-D filter gradient of a decoder layer (input channels at least twice the "
+            "output channels, at least 64 of them): own / XLA 1.20 (32³, 128 -> 64) and 1.00 "
+            f"(16³, 256 -> 128; {_U_NET_SPANS}); 0.94 with 32 output channels on 64³. Its float32 "
+            "train step took 9.59 ms with these on XLA's convolution, 9.74 on the project's "
+            "kernels (one process, interleaved)")
   return None
 
 
@@ -140,13 +193,9 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
     return ("a half-precision dilated input gradient: own / XLA 1.27 (deeplab_dil2, 3x3 at "
             f"dilation 2; {_SUITE}); 0.99 channels-first, 1.03 in float32; XLA's dilated filter "
             "gradients stay off (own / XLA 0.09-0.21)")
-  if (w.nd == 3 and spec.groups == 1 and p.c <= _STEM_CHANNELS
-          and (op == "input_gradient" or np.dtype(p.dtype) == np.float32)):
-    return ("a 3-D stem (at most 4 input channels): own / XLA 2.49 forward, 1.87 input gradient, "
-            "1.39 filter gradient in float32, 1.32 input gradient in bfloat16 (the U-Net's first "
-            "layer; its bfloat16 forward 0.86 and filter gradient 0.56 stay); the U-Net's float32 "
-            "train step took 0.263x XLA's time with these on XLA's, 0.271x on the project's "
-            "kernels (one process, interleaved)")
+  if w.nd == 3 and spec.groups == 1:
+    if reason := _dense_3d(p):
+      return reason
   if w.nd != 2 or any(d != 1 for d in w.rhs_dilation):
     return None  # 1-D, 3-D, dilated: the project's kernels
   strided = any(s != 1 for s in w.stride)
@@ -165,13 +214,18 @@ def xla_is_faster(p, own_algorithm: str, device: DeviceCaps) -> Optional[str]:
       # cores), and far below 1 for the 13x13 to 31x31 windows, where cuDNN has no kernel
       # of its own for the window.
       return None
-    if (_half(p) and op == "filter_gradient" and not strided and tuple(w.kernel) == (3, 3)
-            and _HALF_FILTER_3X3_SIDES[0] <= max(p.in_spatial) <= _HALF_FILTER_3X3_SIDES[1]):
-      return ("a half-precision 3x3 depthwise filter gradient at unit stride on a map of more "
-              "than 14 and at most 28 a side: own / XLA 1.03-1.20 in device time (MobileNetV2's "
-              "28x28x192 layer, H200; cuDNN's time moved by 15% between compilations, the staged "
-              "kernel's by under 1%); its bfloat16 train step took 8.740 ms with these on XLA's, "
-              "8.760 on the project's kernels (one process, interleaved: level)")
+    if _half(p) and op == "filter_gradient" and not strided and tuple(w.kernel) == (3, 3):
+      side = max(p.in_spatial)
+      if _HALF_FILTER_3X3_SIDES[0] <= side <= _HALF_FILTER_3X3_SIDES[1]:
+        return ("a half-precision 3x3 depthwise filter gradient at unit stride on a map of more "
+                "than 14 and at most 28 a side: own / XLA 1.03-1.20 in device time (MobileNetV2's "
+                "28x28x192 layer, H200; cuDNN's time moved by 15% between compilations, the staged "
+                "kernel's by under 1%); its bfloat16 train step took 8.740 ms with these on XLA's, "
+                "8.760 on the project's kernels (one process, interleaved: level)")
+      if side <= _SMALLEST_MAP:
+        return ("a half-precision 3x3 depthwise filter gradient at unit stride on a map of at "
+                "most 7 a side: own / XLA 1.68 in device time (MobileNetV2's 7x7x960 layer, 31 "
+                "against 18.5 us; H200, 2026-11-29, benchmarks/routing.py --routed-own)")
     if _half(p):
       # Every other map and stride: the streamed kernels, their input rows staged in shared
       # memory (H200, 2026-11-29). MobileNetV2's bfloat16 train step took 0.916x XLA's
