@@ -116,6 +116,10 @@ CANDIDATES = {
     # device span, 2026-11-29): its bfloat16 step took 5.81 ms with it on XLA's convolution,
     # 5.73 on the project's kernels; float32 level.
     "3d_head": dense_3d(("forward",), one_by_one=True),
+    # MobileNetV2's bf16 3x3 filter gradient on 7² (1.68x XLA's alone by device span,
+    # 2026-11-29): its step took 8.62 ms with it on XLA's convolution, 8.40 on the project's
+    # kernel.
+    "filter_3x3_7": depthwise_half(7, ("filter_gradient",)),
 }
 
 # Candidates the other way: ops that the rules send to XLA's convolution kept on
@@ -138,11 +142,9 @@ OWN_CANDIDATES = {
     "own_large_filter_14_28": depthwise_half(28, ("filter_gradient",), taps=lambda k: k >= 25, min_side=14),
     # The rules of 2026-11-29 drawn from the models' layers by device span (routing.py
     # --routed-own): the U-Net's half-precision 64³ forwards and input gradients of 32-channel
-    # runs (1.31-1.49x XLA's alone), its float32 decoder filter gradients (1.00-1.20x), and
-    # MobileNetV2's bfloat16 3x3 filter gradient on 7² (1.68x).
+    # runs (1.31-1.49x XLA's alone) and its float32 decoder filter gradients (1.00-1.20x).
     "own_3d_narrow_half": dense_3d(("forward", "input_gradient"), half=True, narrow=True),
     "own_3d_decoder_filter": dense_3d(("filter_gradient",), half=False, decoder=True),
-    "own_filter_3x3_7": depthwise_half(7, ("filter_gradient",)),
 }
 
 

@@ -85,9 +85,9 @@ def test_auto_routes_by_class(dtype):
   assert small == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
   smallest = plan(f(64, 14, 14, 576), f(3, 3, 1, 576), groups=576)
   assert smallest == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
-  # On 7x7 maps the bfloat16 filter gradient on XLA's again.
+  # On 7x7 maps too (MobileNetV2's train step is faster with its filter gradient there).
   last = plan(f(64, 7, 7, 960), f(3, 3, 1, 960), groups=960)
-  assert last == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise", "depthwise", "xla"))
+  assert last == (("xla",) * 3 if dtype == jnp.float32 else ("depthwise",) * 3)
   # The rule is the 3x3 window's: a bfloat16 1x3 depthwise filter gradient on the same map
   # stays on the project's kernels.
   assert (plan(f(64, 28, 28, 192), f(1, 3, 1, 192), groups=192)[2] == "xla") == (dtype == jnp.float32)
