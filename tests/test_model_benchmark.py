@@ -247,6 +247,73 @@ def test_routing_candidate_sends_its_class_to_xla_while_traced():
     routing.xla_is_faster = rules
 
 
+def test_routing_candidates_of_the_3d_rules():
+  """routing_ab.py's own_ candidates undo exactly the rules they name (the
+  U-Net's half-precision 64³ ops of 32-channel runs, its float32 decoder
+  filter gradients), and the candidates to XLA move exactly their ops."""
+  import routing_ab  # noqa: E402  (benchmarks/routing_ab.py, by path)
+  import jax_im2col
+  from jax_im2col.conv import routing
+
+  def plan(x, w, dtype, groups=1):
+    nd = len(x) - 2
+    dn = ("NDHWC", "DHWIO", "NDHWC") if nd == 3 else ("NHWC", "HWIO", "NHWC")
+    got = jax_im2col.explain(jax.ShapeDtypeStruct(x, dtype), jax.ShapeDtypeStruct(w, dtype),
+                             (1,) * nd, "SAME", dimension_numbers=dn, feature_group_count=groups,
+                             platform="cuda")
+    return tuple(got[op].algorithm == "xla" for op in routing_ab.ALL_OPS)
+
+  layers = {  # (x, w, dtype, groups): the ops on XLA's convolution under the rules
+      "narrow": ((2, 64, 64, 64, 32), (3, 3, 3, 32, 32), jnp.bfloat16, 1),
+      "narrow_dx": ((2, 64, 64, 64, 64), (3, 3, 3, 64, 32), jnp.bfloat16, 1),
+      "decoder": ((2, 32, 32, 32, 128), (3, 3, 3, 128, 64), jnp.float32, 1),
+      "head": ((2, 64, 64, 64, 32), (1, 1, 1, 32, 2), jnp.bfloat16, 1),
+      "dw7": ((64, 7, 7, 960), (3, 3, 1, 960), jnp.bfloat16, 960),
+  }
+  rules = routing.xla_is_faster
+  expected = {"narrow": (True, True, False), "narrow_dx": (False, True, False),
+              "decoder": (False, False, True), "head": (False,) * 3, "dw7": (False,) * 3}
+  moved = {"own_3d_narrow_half": {"narrow": (False,) * 3, "narrow_dx": (False,) * 3},
+           "own_3d_decoder_filter": {"decoder": (False,) * 3},
+           "3d_head": {"head": (True, False, False)},
+           "filter_3x3_7": {"dw7": (False, False, True)}}
+  with jax_im2col.force_algorithm("auto"):
+    assert {k: plan(*v) for k, v in layers.items()} == expected
+    for name, changes in moved.items():
+      routing.xla_is_faster = routing_ab.with_candidate(
+          routing_ab.CANDIDATES.get(name) or routing_ab.OWN_CANDIDATES[name], rules,
+          own=name in routing_ab.OWN_CANDIDATES)
+      try:
+        assert {k: plan(*v) for k, v in layers.items()} == {**expected, **changes}, name
+      finally:
+        routing.xla_is_faster = rules
+
+
+def test_layer_routing_filters_and_forced_algorithms(tmp_path, monkeypatch):
+  """benchmarks/routing.py: --classes and --ops keep those layers and ops,
+  --algorithms times each named algorithm where it applies (on the CPU
+  "columns_dot"; "gemm" runs on CUDA GPUs only: None), and the device-span
+  timer takes the median span per repeat in ms."""
+  import routing as layer_routing  # noqa: E402  (benchmarks/routing.py, by path)
+  from model_bench import timing
+  import device_span  # noqa: E402
+  assert layer_routing.main(["--out", str(tmp_path), "--models", "convnext_t", "--dtypes", "f32",
+                             "--preset", "tiny", "--steps", "1", "--repeats", "1", "--clock", "host",
+                             "--classes", "2x2", "--ops", "dgrad",
+                             "--algorithms", "gemm,columns_dot"]) == 0
+  rows = json.loads((tmp_path / "routing.json").read_text())["rows"]
+  assert rows and {r["op"] for r in rows} == {"dgrad"}
+  assert all("2x2" in r["class"] for r in rows)
+  assert all(r["forced_ms"]["gemm"] is None and r["forced_ms"]["columns_dot"] > 0 for r in rows)
+  spans = iter([[3e-6, 1e-6, 2e-6], [5e-6, 4e-6, 6e-6]])
+  monkeypatch.setattr(device_span, "run_spans", lambda run, n: next(spans))
+  got = timing.interleaved_spans({"a": lambda n: None, "b": lambda n: None}, 3, 1)
+  assert got == {"a": [pytest.approx(2e-3)], "b": [pytest.approx(5e-3)]}
+  monkeypatch.setattr(device_span, "run_spans", lambda run, n: None)
+  with pytest.raises(RuntimeError, match="different numbers of kernels"):
+    timing.interleaved_spans({"a": lambda n: None}, 3, 1)
+
+
 def test_step_kernels_classes_and_report(tmp_path, capsys):
   """benchmarks/step_kernels.py: kernels are classed by their names (XLA's
   convert fusions are not convolutions), and --report prints a saved run's
