@@ -64,7 +64,8 @@ def main(argv=None) -> int:
   parser.add_argument("--worst", type=int, default=15)
   parser.add_argument("--limit", type=float, default=1.15)
   args = parser.parse_args(argv)
-  rows = replay(json.loads(args.routing_json.read_text())["rows"])
+  data = json.loads(args.routing_json.read_text())
+  rows = replay(data["rows"])
 
   def line(r):
     return (f"  {r['model']:<12} {r['dtype']:<5} {r['class']:<28} x{tuple(r['lhs_shape'])} "
@@ -83,7 +84,9 @@ def main(argv=None) -> int:
     s = sums[(r["model"], r["dtype"])]
     s[0] += r["uses"] * (r["xla_ms"] if r["chosen"] == "xla" else r["own_ms"])
     s[1] += r["uses"] * r["xla_ms"]
-  print("per model, uses-weighted convolution time under the rules / XLA's:")
+  print("per model, uses-weighted convolution time under the rules / XLA's" +
+        (" (over the measured ops only: routing.py --routed-own left out those the rules of its "
+         "run sent to XLA's convolution):" if data.get("environment", {}).get("routed_own") else ":"))
   for (model, dtype), (ours, xla) in sorted(sums.items()):
     print(f"  {model:<12} {dtype:<5} {ours / xla:.2f}")
   return 0
