@@ -68,7 +68,7 @@ def dense_3d(ops, half=None, one_by_one=False, narrow=False, decoder=False):
   windows only with `one_by_one` (else 3x3x3 and the like), of one precision
   with `half`, with `narrow` those whose contraction runs (input channels;
   output channels for the input gradient) are under 128 bytes on maps of more
-  than 32 a side, with `decoder` those of at least twice as many input as
+  than 32 a side at unit stride, with `decoder` those of at least twice as many input as
   output channels, 64 output channels or more."""
   def applies(p) -> bool:
     w, item = p.spec.window, np.dtype(p.dtype).itemsize
@@ -78,7 +78,7 @@ def dense_3d(ops, half=None, one_by_one=False, narrow=False, decoder=False):
     if half is not None and (item == 2) != half:
       return False
     runs = (p.o if p.op == "input_gradient" else p.c) * item
-    if narrow and not (runs < 128 and max(p.in_spatial) > 32):
+    if narrow and not (runs < 128 and max(p.in_spatial) > 32 and all(s == 1 for s in w.stride)):
       return False
     return not decoder or (p.o >= 64 and p.c >= 2 * p.o)
   return applies
