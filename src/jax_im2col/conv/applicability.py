@@ -13,7 +13,7 @@ from ..common.arguments import HALF_DTYPES
 from ..common.device import DeviceCaps
 from ..common.geometry import gradient_phases
 from .primitives import FILTER_GRADIENT, FORWARD, INPUT_GRADIENT, PRECISION_DEFAULT
-from .workspace import MAX_GROUPS_IMPLICIT, filter_tile_o
+from .workspace import MAX_GROUPS_IMPLICIT, PASSES_PER_LAUNCH, filter_tile_o
 
 _INT32_LIMIT = 1 << 31
 
@@ -167,9 +167,6 @@ def implicit_applies(spec, dtype, c, o, device, *, input_gradient=False) -> bool
 IMPLICIT_MAX_CHANNELS = 128
 _IMPLICIT_CF_POSITIONS = 2048
 _HOPPER_GEMM_CHANNELS = 256
-# Passes (phases of a strided input gradient) of one implicit GEMM launch:
-# kMaxPasses in lib/conv/implicit/implicit_gemm.h.
-_MAX_PASSES_PER_LAUNCH = 8
 _PHASE_MIN_CHANNELS = 32
 
 
@@ -188,7 +185,7 @@ def use_implicit(spec, dtype, c, o, positions, device, *, input_gradient=False, 
   if device.hopper_kernels:
     out_channels = (c if input_gradient else o) // spec.groups
     tiles = (-(-images * positions // 128) * -(-out_channels // 64) * spec.groups
-             * min(max(passes, 1), _MAX_PASSES_PER_LAUNCH))
+             * min(max(passes, 1), PASSES_PER_LAUNCH))
     return not (spec.channels_last and channels > _HOPPER_GEMM_CHANNELS
                 and tiles < device.multiprocessors)
   return channels <= IMPLICIT_MAX_CHANNELS or (

@@ -64,7 +64,7 @@ def plan_chunks(*, n: int, positions: int, cols_row_bytes: int, extra_row_bytes:
 
 
 # Passes of one launch (kMaxPasses in lib/conv/implicit/implicit_gemm.h).
-_PASSES_PER_LAUNCH = 8
+PASSES_PER_LAUNCH = 8
 
 
 def implicit_splits(*, m, og, o, groups, reduction_bytes, limit, multiprocessors, passes=1):
@@ -77,11 +77,11 @@ def implicit_splits(*, m, og, o, groups, reduction_bytes, limit, multiprocessors
   grids of a wave or more measured no faster: docs/optimization-log.md, step 17; nor
   grids of most of one, whose second kernel, the sum, costs more than the
   idle multiprocessors: step 44.) passes: the phases of a strided input
-  gradient, up to _PASSES_PER_LAUNCH of which share a launch unsplit (a
+  gradient, up to PASSES_PER_LAUNCH of which share a launch unsplit (a
   split reduction runs them one a launch, each with its own sum)."""
   sms = multiprocessors
   k_tiles = -(-reduction_bytes // 128)
-  launch_passes = max(1, min(passes, _PASSES_PER_LAUNCH))
+  launch_passes = max(1, min(passes, PASSES_PER_LAUNCH))
   if 2 * launch_passes * -(-m // 64) * -(-og // 64) * groups >= sms or k_tiles < 16:
     return 1
   blocks = -(-m // 128) * -(-og // 64) * groups
